@@ -5,12 +5,47 @@ prompt a published checkpoint was trained with) loads it from a file instead.
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+from router_r1.pool.registry import ModelRegistry
+from router_r1.protocol import ROUTE_EXAMPLE
+
 SUBMODEL_SYSTEM = (
     "You are one expert in a panel that a routing assistant consults. Reply to the "
     "question below. If you know the answer, state it first, then at most two short "
     "sentences of support. If you only know related facts, give those. If you cannot "
     "help, say plainly that you do not know. Be brief."
 )
+
+# Placeholders a template may use; {question} is required.
+PLACEHOLDERS = ("question", "pool", "budget")
+_PLACEHOLDER_RE = re.compile(r"\{(question|pool|budget)\}")
+
+DEFAULT_TEMPLATE = (
+    "Answer the question at the end. You work as a router: you reason on your own and "
+    "may consult the language models listed below.\n\n"
+    "How to work:\n"
+    "- Put your reasoning inside <think> and </think> every time before you act.\n"
+    f"- To consult a model, write {ROUTE_EXAMPLE}, with a name from the list and one short, "
+    "self-contained question. Its reply will be shown to you between <information> and "
+    "</information>. Ask one model one thing at a time.\n"
+    "- When you are ready, give the final answer inside <answer> and </answer>: only the "
+    "answer itself (a name, a date, a number or a few words), no explanation.\n\n"
+    "Cost: every consultation is paid for, in proportion to the model's price and the "
+    "length of its reply. Consult only when it helps, prefer a cheaper model that is "
+    "likely to know, and answer without consulting when you are sure.\n\n"
+    "{budget}"
+    "Models:\n{pool}\n\n"
+    "Question: {question}\n"
+)
+
+# Control text for a route refused at the turn budget (the forced answer).
+BUDGET_EXHAUSTED_TEXT = "No consultations are left. Give your final answer now inside <answer> and </answer>."
+
+
+class TemplateError(ValueError):
+    """A prompt template that cannot be used; the message names its source."""
 
 
 def submodel_messages(query: str) -> list[dict[str, str]]:
@@ -19,3 +54,78 @@ def submodel_messages(query: str) -> list[dict[str, str]]:
         {"role": "system", "content": SUBMODEL_SYSTEM},
         {"role": "user", "content": query.strip()},
     ]
+
+
+def _price(usd: float) -> str:
+    # two decimals unless that would hide a digit (0.035 stays 0.035)
+    return f"{usd:.2f}" if round(usd, 2) == usd else f"{usd:g}"
+
+
+def pool_descriptors(registry: ModelRegistry) -> str:
+    """One line per model: name, price per 1M output tokens, descriptor (registry order)."""
+    lines = []
+    for spec in registry.models.values():
+        line = f"- {spec.name} (${_price(spec.price_out_per_m)} per 1M output tokens)"
+        lines.append(f"{line}: {spec.descriptor}" if spec.descriptor else line)
+    return "\n".join(lines)
+
+
+def budget_text(turn_budget: int | None) -> str:
+    """The turn-budget sentence (with its paragraph break), or "" without a budget."""
+    if turn_budget is None:
+        return ""
+    if isinstance(turn_budget, bool) or not isinstance(turn_budget, int) or turn_budget < 0:
+        raise ValueError(f"turn_budget must be an integer >= 0 or None, got {turn_budget!r}")
+    if turn_budget == 0:
+        return "For this question you may not consult any model: answer on your own.\n\n"
+    times = "once" if turn_budget == 1 else f"{turn_budget} times"
+    return f"You may consult the models at most {times} for this question; then you must answer.\n\n"
+
+
+def _check_template(template: str, source: str) -> None:
+    if "{question}" not in template:
+        raise TemplateError(f"{source}: template has no {{question}} placeholder")
+
+
+def load_template(path: str | Path) -> str:
+    """Read a prompt template from a user file; it must contain {question}."""
+    path = Path(path)
+    if not path.is_file():
+        raise TemplateError(f"{path}: template file not found")
+    try:
+        template = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TemplateError(f"{path}: template is not utf-8 text") from e
+    _check_template(template, str(path))
+    return template
+
+
+def fill_template(template: str, **values: str) -> str:
+    """Substitute {question}/{pool}/{budget} in one pass; other braces are left alone.
+
+    Unlike str.format, braces in the template or in the values (JSON, LaTeX, a question
+    that mentions "{pool}") are never interpreted.
+    """
+    return _PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def build_router_prompt(
+    question: str,
+    registry: ModelRegistry,
+    template: str | None = None,
+    turn_budget: int | None = None,
+) -> list[dict[str, str]]:
+    """The router's chat messages: a single user message with instructions, pool and question."""
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(f"build_router_prompt: question must be a non-empty string, got {question!r}")
+    template = DEFAULT_TEMPLATE if template is None else template
+    _check_template(template, "build_router_prompt")
+    if turn_budget is not None and "{budget}" not in template:
+        raise TemplateError("build_router_prompt: turn_budget given but the template has no {budget} placeholder")
+    content = fill_template(
+        template,
+        question=question.strip(),
+        pool=pool_descriptors(registry),
+        budget=budget_text(turn_budget),
+    )
+    return [{"role": "user", "content": content}]

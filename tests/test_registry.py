@@ -67,6 +67,7 @@ def test_base_url_override_and_key_from_env(monkeypatch):
     ({"models": [{"name": "A", "api_id": "a", "price_out_per_m": 1, "colour": "red"}]}, "colour"),
     ({"models": [{"name": "A", "api_id": "a", "price_out_per_m": 1},
                  {"name": "a", "api_id": "b", "price_out_per_m": 1}]}, "collides"),
+    ({"models": [{"name": "A:1", "api_id": "a", "price_out_per_m": 1}]}, "colon"),
 ])
 def test_bad_pool_files_name_the_field(tmp_path, doc, needle):
     import yaml

@@ -67,6 +67,8 @@ class ModelRegistry:
         self._lookup: dict[str, str] = {}
         for m in models:
             for key in (m.name, *m.aliases):
+                if ":" in key:  # the route syntax splits "Model: question" on the first colon
+                    raise RegistryError(f"{source}: model name or alias {key!r} contains a colon")
                 k = normalize_name(key)
                 if k in self._lookup and self._lookup[k] != m.name:
                     raise RegistryError(f"{source}: name {key!r} of {m.name!r} collides with {self._lookup[k]!r}")

@@ -1,0 +1,83 @@
+"""The gated reward: -1 broken format, 0 wrong answer, (1 - alpha) + alpha * R_cost right.
+
+Every trajectory's cost is pushed into the normaliser, whatever its format or answer:
+the window then tracks what the policy actually spends, not only its successes.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from router_r1.pool.registry import ModelRegistry
+from router_r1.reward.cost import CostNormalizer
+from router_r1.reward.format import check_format
+from router_r1.reward.qa_em import em_score, extract_answer, f1_score
+
+
+@dataclass
+class RewardConfig:
+    """alpha (cost_coe) trades accuracy for cost; 0 ignores cost."""
+
+    alpha: float = 0.0
+    format_penalty: float = -1.0
+
+    def __post_init__(self):
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"RewardConfig.alpha must be in [0, 1], got {self.alpha}")
+
+
+def _judge(response: str, golds, route_count: int, registry: ModelRegistry) -> dict:
+    """Format and answer metrics; checked before the normaliser is touched, so bad input leaves it as it was."""
+    if int(route_count) < 0:
+        raise ValueError(f"route_count must be >= 0, got {route_count}")
+    golds = [golds] if isinstance(golds, str) else list(golds)
+    ok, reason = check_format(response, registry)
+    pred = extract_answer(response)
+    return {"em": em_score(pred, golds), "f1": f1_score(pred, golds), "format_ok": ok,
+            "format_reason": reason, "route_count": int(route_count)}
+
+
+def _gate(m: dict, cost_usd: float, cost_reward: float, cfg: RewardConfig) -> tuple[float, dict]:
+    if not m["format_ok"]:
+        score = cfg.format_penalty
+    elif m["em"] < 1.0:
+        score = 0.0
+    else:
+        score = (1.0 - cfg.alpha) + cfg.alpha * cost_reward
+    return score, {**m, "cost_usd": float(cost_usd), "cost_reward": cost_reward, "score": score}
+
+
+def compute_score(
+    response: str,
+    golds: Iterable[str],
+    cost_usd: float,
+    route_count: int,
+    registry: ModelRegistry,
+    normalizer: CostNormalizer,
+    cfg: RewardConfig | None = None,
+) -> tuple[float, dict]:
+    """Score one decoded response; updates `normalizer` with its cost (its only side effect)."""
+    cfg = cfg or RewardConfig()
+    m = _judge(response, golds, route_count, registry)
+    return _gate(m, cost_usd, normalizer.score(cost_usd), cfg)
+
+
+def compute_scores(
+    responses: Sequence[str],
+    golds: Sequence[Iterable[str]],
+    costs: Sequence[float],
+    route_counts: Sequence[int],
+    registry: ModelRegistry,
+    normalizer: CostNormalizer,
+    cfg: RewardConfig | None = None,
+) -> tuple[list[float], list[dict]]:
+    """Score a batch; cost rewards come from one window read (CostNormalizer.score_batch)."""
+    n = len(responses)
+    for field, seq in (("golds", golds), ("costs", costs), ("route_counts", route_counts)):
+        if len(seq) != n:
+            raise ValueError(f"compute_scores: {field} has {len(seq)} entries, responses has {n}")
+    cfg = cfg or RewardConfig()
+    judged = [_judge(r, g, k, registry) for r, g, k in zip(responses, golds, route_counts)]
+    cost_rewards = normalizer.score_batch(costs)
+    out = [_gate(m, c, cr, cfg) for m, c, cr in zip(judged, costs, cost_rewards)]
+    return [s for s, _ in out], [m for _, m in out]
