@@ -1,0 +1,1 @@
+"""Builders of the router's parquet files (FlashRAG QA sets, and the simulated world)."""

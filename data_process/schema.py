@@ -1,0 +1,109 @@
+"""The row schema of the router's parquet files, and checks for input and output rows.
+
+One output row (what the trainer, the reward and test.sh read):
+
+    data_source   str                     "nq", "hotpotqa", ..., "sim_1hop"
+    prompt        [{role, content}]       chat messages from build_router_prompt
+    ability       "fact-reasoning"
+    reward_model  {style: "rule", ground_truth: {target: [gold strings]}}
+    extra_info    {split, index, uid, question, source_split, source_id}
+
+`uid` is "<source>-<split>-<index>" with `index` the row's position within its source
+in that split: unique across sources (the reference restarted `index` at 0 per source,
+so GRPO merged groups of different prompts).
+"""
+from __future__ import annotations
+
+ABILITY = "fact-reasoning"
+INPUT_COLUMNS = ("question", "golden_answers")  # FlashRAG columns the builder needs
+EXTRA_INFO_KEYS = ("split", "index", "uid", "question", "source_split", "source_id")
+
+
+class DataBuildError(ValueError):
+    """Input or output data that cannot be used; the message names the file/source, row and field."""
+
+
+def make_uid(source: str, split: str, index: int) -> str:
+    """The prompt's id: unique across sources and splits."""
+    return f"{source}-{split}-{index}"
+
+
+def check_columns(columns: list[str], where: str, required: tuple[str, ...] = INPUT_COLUMNS) -> None:
+    """Raise naming the first required column that `where` lacks."""
+    for col in required:
+        if col not in columns:
+            raise DataBuildError(f"{where}: missing column {col!r} (columns: {', '.join(columns)})")
+
+
+def input_problem(question, answers) -> str | None:
+    """Why a FlashRAG (question, golden_answers) pair cannot be used, or None if it can."""
+    if question is None:
+        return "missing question"
+    if not isinstance(question, str):
+        return f"question is a {type(question).__name__}, not a string"
+    if not question.strip():
+        return "empty question"
+    if answers is None:
+        return "missing golden_answers"
+    if not isinstance(answers, list):
+        return f"golden_answers is a {type(answers).__name__}, not a list"
+    if not all(isinstance(a, str) for a in answers):
+        return "golden_answers holds a non-string"
+    if not any(a.strip() for a in answers):
+        return "empty golden_answers"
+    return None
+
+
+def clean_answers(answers: list[str]) -> list[str]:
+    """Gold strings without surrounding space, blanks and duplicates (first order kept)."""
+    return list(dict.fromkeys(a.strip() for a in answers if a.strip()))
+
+
+def make_row(source: str, split: str, index: int, question: str, answers: list[str],
+             prompt: list[dict[str, str]], source_split: str, source_id: str) -> dict:
+    """One output row in the schema above."""
+    return {
+        "data_source": source,
+        "prompt": prompt,
+        "ability": ABILITY,
+        "reward_model": {"style": "rule", "ground_truth": {"target": list(answers)}},
+        "extra_info": {
+            "split": split,
+            "index": index,
+            "uid": make_uid(source, split, index),
+            "question": question,
+            "source_split": source_split,
+            "source_id": source_id,
+        },
+    }
+
+
+def validate_row(row: dict, where: str) -> None:
+    """Raise naming `where` and the field if `row` (plain Python objects) breaks the schema."""
+    def fail(field: str, why: str):
+        raise DataBuildError(f"{where}: field {field!r} {why}")
+
+    if not isinstance(row.get("data_source"), str) or not row["data_source"]:
+        fail("data_source", "must be a non-empty string")
+    prompt = row.get("prompt")
+    if not isinstance(prompt, list) or not prompt:
+        fail("prompt", "must be a non-empty list of chat messages")
+    for m in prompt:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            fail("prompt", "must hold {role: str, content: str} messages")
+    if row.get("ability") != ABILITY:
+        fail("ability", f"must be {ABILITY!r}")
+    rm = row.get("reward_model")
+    if not isinstance(rm, dict) or rm.get("style") != "rule" or not isinstance(rm.get("ground_truth"), dict):
+        fail("reward_model", "must be {style: 'rule', ground_truth: {target: [...]}}")
+    target = rm["ground_truth"].get("target")
+    if not isinstance(target, list) or not target or not all(isinstance(t, str) and t for t in target):
+        fail("reward_model.ground_truth.target", "must be a non-empty list of non-empty strings")
+    info = row.get("extra_info")
+    if not isinstance(info, dict):
+        fail("extra_info", "must be a mapping")
+    missing = [k for k in EXTRA_INFO_KEYS if k not in info]
+    if missing:
+        fail("extra_info", f"lacks {', '.join(missing)}")
+    if info["uid"] != make_uid(row["data_source"], info["split"], info["index"]):
+        fail("extra_info.uid", f"is {info['uid']!r}, expected '<source>-<split>-<index>'")

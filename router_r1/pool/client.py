@@ -1,0 +1,340 @@
+"""Async client for the model pool: batched, bounded per endpoint, retried, deadline-aware.
+
+A pool failure is a result (`ok=False`, `text=None`, cost 0, an error kind), never an
+exception: one rate-limited endpoint must not kill a rollout. The reference waited a
+fixed 5 s up to 500 times per call; here retries use exponential backoff with full
+jitter, a Retry-After header is honoured up to `backoff_max_s`, and no call or sleep
+runs past the deadline.
+
+A reply without `usage` counts as ok with 0 tokens and cost 0 (the text is still
+useful to the policy); a warning is logged once per model so the free calls are seen.
+
+With `cache_dir`, successful replies are stored (text and token counts). A hit returns
+`cached=True`, `attempts=0` and the cost of the stored tokens at the registry price,
+i.e. the original cost while the pool yaml's prices are unchanged, so re-run
+evaluations report identical numbers.
+
+Event-loop note: SDK clients and semaphores are made per event loop. The sync `route()`
+uses one private loop thread (keep-alive connections survive between calls); call
+`close()` when done. Async callers should `await aclose()` (or `async with`).
+"""
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import random
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import openai
+
+from router_r1.pool.cache import CachedReply, ResponseCache, cache_key
+from router_r1.pool.registry import ModelRegistry, ModelSpec
+from router_r1.prompts import submodel_messages
+
+log = logging.getLogger(__name__)
+
+ERROR_KINDS = ("unknown_model", "timeout", "rate_limit", "server_error", "connection",
+               "bad_response", "deadline", "auth")
+RETRYABLE = frozenset({"timeout", "rate_limit", "server_error", "connection"})
+
+
+@dataclass
+class RouteRequest:
+    model: str  # as the policy wrote it; resolved through the registry
+    query: str
+
+
+@dataclass
+class PoolResult:
+    ok: bool
+    text: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    latency_s: float
+    error: str | None  # one of ERROR_KINDS when not ok
+    attempts: int  # HTTP calls made (0 for a cache hit or an unknown model)
+    cached: bool
+    model: str | None  # canonical pool name, None if the name resolved to nothing
+
+    @classmethod
+    def failure(cls, error: str, *, model: str | None, attempts: int, latency_s: float) -> "PoolResult":
+        return cls(ok=False, text=None, prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
+                   latency_s=latency_s, error=error, attempts=attempts, cached=False, model=model)
+
+
+def backoff_delay(retry: int, base_s: float, max_s: float, rng: random.Random) -> float:
+    """Full jitter: uniform in [0, min(max_s, base_s * 2**retry)] for the retry-th retry (0-based)."""
+    return rng.uniform(0.0, min(max_s, base_s * (2.0 ** retry)))
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """Seconds asked for by a Retry-After (or retry-after-ms) header, if the error carries one."""
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    headers = response.headers
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:  # the HTTP-date form
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def classify(exc: BaseException) -> str:
+    """Error kind of an SDK exception (or of our own per-call TimeoutError)."""
+    if isinstance(exc, openai.RateLimitError):
+        return "rate_limit"
+    if isinstance(exc, openai.APIStatusError):
+        if exc.status_code >= 500:
+            return "server_error"
+        if exc.status_code in (401, 403):
+            return "auth"
+        if exc.status_code == 408:
+            return "timeout"
+        return "bad_response"  # 400, 404, 422, ...: resending the same request will not help
+    if isinstance(exc, (openai.APITimeoutError, TimeoutError)):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection"
+    return "bad_response"  # APIResponseValidationError and other malformed replies
+
+
+def _parse_completion(resp: object) -> tuple[str, int, int, bool] | None:
+    """(text, prompt_tokens, completion_tokens, had_usage) from a ChatCompletion, None if malformed."""
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        return None
+    message = getattr(choices[0], "message", None)
+    text = getattr(message, "content", None)
+    if not isinstance(text, str):
+        return None
+    usage = getattr(resp, "usage", None)
+    if usage is None:
+        return text, 0, 0, False
+    pt, ct = getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+    if not (isinstance(pt, int) and isinstance(ct, int) and pt >= 0 and ct >= 0):
+        return None
+    return text, pt, ct, True
+
+
+class _LoopState:
+    """SDK clients and semaphores are bound to the event loop that first uses them."""
+
+    def __init__(self):
+        self.clients: dict[tuple[str, str], openai.AsyncOpenAI] = {}
+        self.slots: dict[str, asyncio.Semaphore] = {}
+
+
+class PoolClient:
+    """Calls pool models for routed sub-questions; see the module docstring for the failure contract."""
+
+    def __init__(self, registry: ModelRegistry, *, max_concurrency_per_endpoint: int = 32,
+                 timeout_s: float = 30.0, max_retries: int = 4, backoff_base_s: float = 0.5,
+                 backoff_max_s: float = 8.0, deadline_s: float = 120.0, cache_dir: str | None = None,
+                 messages_fn: Callable[[str], list[dict[str, str]]] = submodel_messages,
+                 seed: int | None = None):
+        if max_concurrency_per_endpoint < 1:
+            raise ValueError(f"max_concurrency_per_endpoint must be >= 1, got {max_concurrency_per_endpoint}")
+        if timeout_s <= 0 or deadline_s <= 0:
+            raise ValueError(f"timeout_s and deadline_s must be > 0, got {timeout_s}, {deadline_s}")
+        if max_retries < 0 or backoff_base_s < 0 or backoff_max_s < 0:
+            raise ValueError("max_retries, backoff_base_s and backoff_max_s must be >= 0")
+        self.registry = registry
+        self.max_concurrency_per_endpoint = max_concurrency_per_endpoint
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.deadline_s = deadline_s
+        self.messages_fn = messages_fn
+        self.seed = seed  # sent to the endpoint as the sampling seed; part of the cache key
+        self.cache = ResponseCache(cache_dir) if cache_dir else None
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _LoopState
+        self._warned_no_usage: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # private loop behind the sync route()
+        self._thread: threading.Thread | None = None
+
+    # ---- async API -------------------------------------------------------------------
+
+    async def route_batch(self, reqs: Iterable[RouteRequest]) -> list[PoolResult]:
+        """All requests concurrently, results in request order, one deadline for the whole batch."""
+        deadline_at = time.monotonic() + self.deadline_s
+        tasks = [asyncio.ensure_future(self.route_one(r, deadline_at)) for r in reqs]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:  # only a bug in our code (or cancellation) gets here: stop the rest
+            for t in tasks:
+                t.cancel()
+            raise
+
+    async def route_one(self, req: RouteRequest, deadline_at: float | None = None) -> PoolResult:
+        """One pool call with retries; `deadline_at` is a time.monotonic() instant (default now + deadline_s)."""
+        t0 = time.monotonic()
+        if deadline_at is None:
+            deadline_at = t0 + self.deadline_s
+        spec = self.registry.resolve(req.model)
+        if spec is None:
+            return PoolResult.failure("unknown_model", model=None, attempts=0, latency_s=0.0)
+        messages = self.messages_fn(req.query)
+
+        key = None
+        if self.cache is not None:
+            key = cache_key(spec.api_id, messages, spec.temperature, spec.max_tokens, self.seed)
+            hit = self.cache.get(key)
+            if hit is not None:
+                # Cost from the stored tokens at the registry price: a re-run reports the same cost.
+                return PoolResult(ok=True, text=hit.text, prompt_tokens=hit.prompt_tokens,
+                                  completion_tokens=hit.completion_tokens,
+                                  cost_usd=spec.cost(hit.prompt_tokens, hit.completion_tokens),
+                                  latency_s=time.monotonic() - t0, error=None, attempts=0, cached=True,
+                                  model=spec.name)
+
+        api_key = spec.api_key()
+        client, slots = self._endpoint(spec, api_key)
+        attempts = 0
+        while True:
+            try:
+                async with asyncio.timeout(max(0.0, deadline_at - time.monotonic())) as whole:
+                    async with slots:  # waiting for a slot counts against the deadline too
+                        attempts += 1
+                        async with asyncio.timeout(self.timeout_s):
+                            resp = await self._create(client, spec, messages)
+            # The SDK raises JSONDecodeError itself for a 200 whose body is not JSON.
+            except (openai.APIError, TimeoutError, json.JSONDecodeError) as e:
+                if whole.expired():
+                    return self._give_up(spec, "deadline", attempts, t0, e, api_key)
+                err, kind = e, classify(e)
+            else:
+                parsed = _parse_completion(resp)
+                if parsed is None:
+                    return self._give_up(spec, "bad_response", attempts, t0, None, api_key)
+                return self._success(spec, parsed, attempts, t0, key)
+
+            if kind not in RETRYABLE or attempts > self.max_retries:
+                return self._give_up(spec, kind, attempts, t0, err, api_key)
+            delay = backoff_delay(attempts - 1, self.backoff_base_s, self.backoff_max_s, self._rng)
+            asked = retry_after_s(err)
+            if asked is not None:
+                delay = min(asked, self.backoff_max_s)
+            if time.monotonic() + delay >= deadline_at:
+                return self._give_up(spec, "deadline", attempts, t0, err, api_key)
+            log.debug("pool %s: attempt %d failed (%s); retrying in %.2fs", spec.name, attempts, kind, delay)
+            await asyncio.sleep(delay)
+
+    async def _create(self, client: openai.AsyncOpenAI, spec: ModelSpec, messages: list[dict[str, str]]):
+        extra = {} if self.seed is None else {"seed": self.seed}
+        return await client.chat.completions.create(
+            model=spec.api_id, messages=messages, temperature=spec.temperature,
+            max_tokens=spec.max_tokens, timeout=self.timeout_s, **extra)
+
+    def _success(self, spec: ModelSpec, parsed: tuple[str, int, int, bool], attempts: int, t0: float,
+                 key: str | None) -> PoolResult:
+        text, pt, ct, had_usage = parsed
+        if not had_usage and spec.name not in self._warned_no_usage:
+            self._warned_no_usage.add(spec.name)
+            log.warning("pool %s: reply without usage; counting 0 tokens and cost 0", spec.name)
+        if key is not None:
+            self.cache.put(key, CachedReply(text, pt, ct))
+        return PoolResult(ok=True, text=text, prompt_tokens=pt, completion_tokens=ct,
+                          cost_usd=spec.cost(pt, ct), latency_s=time.monotonic() - t0, error=None,
+                          attempts=attempts, cached=False, model=spec.name)
+
+    def _give_up(self, spec: ModelSpec, kind: str, attempts: int, t0: float, exc: BaseException | None,
+                 api_key: str) -> PoolResult:
+        detail = "" if exc is None else f"{type(exc).__name__}: {exc}"[:300]
+        if api_key and api_key != "EMPTY":
+            detail = detail.replace(api_key, "***")  # a server might echo the header back
+        log.warning("pool %s: giving up after %d attempt(s): %s %s", spec.name, attempts, kind, detail)
+        return PoolResult.failure(kind, model=spec.name, attempts=attempts, latency_s=time.monotonic() - t0)
+
+    def _endpoint(self, spec: ModelSpec, api_key: str) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            state = self._states.get(loop)
+            if state is None:
+                state = self._states[loop] = _LoopState()
+        client = state.clients.get((spec.base_url, api_key))
+        if client is None:
+            # SDK retries off: the retry policy (and its deadline) is ours alone.
+            client = openai.AsyncOpenAI(base_url=spec.base_url, api_key=api_key, max_retries=0,
+                                        timeout=self.timeout_s)
+            state.clients[(spec.base_url, api_key)] = client
+        slots = state.slots.get(spec.base_url)
+        if slots is None:
+            slots = state.slots[spec.base_url] = asyncio.Semaphore(self.max_concurrency_per_endpoint)
+        return client, slots
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients this PoolClient opened on the running loop."""
+        with self._lock:
+            state = self._states.pop(asyncio.get_running_loop(), None)
+        if state is not None:
+            for client in state.clients.values():
+                await client.close()
+
+    async def __aenter__(self) -> "PoolClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    # ---- sync API --------------------------------------------------------------------
+
+    def route(self, reqs: Iterable[RouteRequest]) -> list[PoolResult]:
+        """Blocking route_batch; runs on a private loop thread, so it works inside a running loop too."""
+        loop = self._private_loop()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError("PoolClient.route() called from its own loop; await route_batch() instead")
+        return asyncio.run_coroutine_threadsafe(self.route_batch(list(reqs)), loop).result()
+
+    def _private_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever, name="pool-client", daemon=True)
+                self._thread.start()
+            return self._loop
+
+    def close(self) -> None:
+        """Stop the private loop of route() and close its HTTP clients; the client stays usable."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.aclose(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+    def __enter__(self) -> "PoolClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
