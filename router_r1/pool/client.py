@@ -304,14 +304,19 @@ class PoolClient:
 
     def route(self, reqs: Iterable[RouteRequest]) -> list[PoolResult]:
         """Blocking route_batch; runs on a private loop thread, so it works inside a running loop too."""
+        return self.run(self.route_batch(list(reqs)))
+
+    def run(self, coro):
+        """Run a coroutine that uses this client on its private loop thread and wait for it."""
         loop = self._private_loop()
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is loop:
-            raise RuntimeError("PoolClient.route() called from its own loop; await route_batch() instead")
-        return asyncio.run_coroutine_threadsafe(self.route_batch(list(reqs)), loop).result()
+            coro.close()
+            raise RuntimeError("PoolClient.run()/route() called from its own loop; await the coroutine instead")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def _private_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:

@@ -1,0 +1,31 @@
+"""Factory that the engine calls to build the routing environment (`env.factory`)."""
+from __future__ import annotations
+
+from router_r1.pool.client import PoolClient
+from router_r1.pool.registry import ModelRegistry
+from router_r1.reward.score import RewardConfig
+from router_r1.rollout.manager import RouterConfig, RouterEnv
+
+
+def make_env(env_cfg, tokenizer) -> RouterEnv:
+    """Build RouterEnv from the `env` section of the trainer config (keys: see configs/router_r1.yaml)."""
+    registry = ModelRegistry.from_yaml(env_cfg["pool"], base_url=env_cfg.get("pool_url"))
+    if env_cfg.get("seen_only", True):
+        registry = registry.seen()
+    client = PoolClient(
+        registry,
+        max_concurrency_per_endpoint=int(env_cfg.get("max_concurrency", 32)),
+        timeout_s=float(env_cfg.get("call_timeout_s", 30.0)),
+        max_retries=int(env_cfg.get("max_retries", 4)),
+        deadline_s=float(env_cfg.get("call_deadline_s", 120.0)),
+        cache_dir=env_cfg.get("cache_dir"),
+    )
+    cfg = RouterConfig(
+        max_turns=int(env_cfg.get("max_turns", 4)),
+        max_obs_length=int(env_cfg.get("max_obs_length", 600)),
+        response_length=int(env_cfg.get("response_length", 1024)),
+        max_response_length=int(env_cfg.get("max_response_length", 4096)),
+        invalid_hint=bool(env_cfg.get("invalid_hint", False)),
+        schedule=str(env_cfg.get("schedule", "overlap")),
+    )
+    return RouterEnv(cfg, tokenizer, registry, client, RewardConfig(alpha=float(env_cfg.get("alpha", 0.0))))

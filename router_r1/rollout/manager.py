@@ -1,0 +1,148 @@
+"""The multi-turn rollout: generation interleaved with pool calls, and the reward.
+
+Two schedules produce the same kind of episodes:
+- "sync": every turn generates for all live episodes, then waits for all their pool
+  calls (the reference's schedule: the slowest call of the batch gates the next turn);
+- "overlap": an episode goes back to the generation queue the moment its own pool call
+  returns, and each generation batch takes whoever is ready. Generation runs in a
+  worker thread, so pool calls progress while the model decodes.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from router_r1.pool.client import PoolClient, RouteRequest
+from router_r1.pool.registry import ModelRegistry
+from router_r1.protocol import STOP_STRINGS
+from router_r1.reward.cost import CostNormalizer
+from router_r1.reward.score import RewardConfig, compute_scores
+from router_r1.rollout.episode import Episode, TurnRules
+from verl.trainer.env import GenerateFn, RolloutResult
+from verl.workers.rollout.base import SamplingParams
+
+
+@dataclass
+class RouterConfig:
+    max_turns: int = 4  # generations that may route; one more turn must answer
+    max_obs_length: int = 600  # tokens of pool text per <information> block
+    response_length: int = 1024  # tokens per generated turn
+    max_response_length: int = 4096  # all turns and observations together
+    invalid_hint: bool = False  # a corrective hint after an invalid action (else nothing)
+    schedule: str = "overlap"  # overlap | sync
+
+
+class RouterEnv:
+    """The routing environment behind the engine's Env interface."""
+
+    def __init__(self, cfg: RouterConfig, tokenizer, registry: ModelRegistry, client: PoolClient,
+                 reward: RewardConfig):
+        if cfg.schedule not in ("overlap", "sync"):
+            raise ValueError(f"env.schedule must be overlap|sync, got {cfg.schedule!r}")
+        self.cfg = cfg
+        self.tok = tokenizer
+        self.registry = registry
+        self.client = client
+        self.reward = reward
+        self.rules = TurnRules(tokenizer, registry, cfg.max_turns, cfg.max_obs_length,
+                               cfg.max_response_length, cfg.invalid_hint)
+        # Separate windows: validation must not shift the training reward (a reference defect).
+        self.normalizers = {"train": CostNormalizer(), "val": CostNormalizer()}
+
+    # ------------------------------------------------------------------ episodes
+    def turn_sampling(self, sampling: SamplingParams) -> SamplingParams:
+        return replace(sampling, stop=tuple(STOP_STRINGS), max_new_tokens=self.cfg.response_length)
+
+    def rollout(self, rows, generate: GenerateFn, sampling: SamplingParams, validate: bool) -> RolloutResult:
+        episodes = [Episode(prompt_ids=list(r.prompt_ids)) for r in rows]
+        sampling = self.turn_sampling(sampling)
+        if self.cfg.schedule == "sync":
+            self._run_sync(episodes, generate, sampling)
+        else:
+            self.client.run(self._run_overlap(episodes, generate, sampling))
+        return self._result(episodes)
+
+    def _run_sync(self, episodes: list[Episode], generate: GenerateFn, sampling: SamplingParams) -> None:
+        while live := [e for e in episodes if not e.done]:
+            outs = generate([e.context() for e in live], sampling)
+            routes = [(e, a) for e, o in zip(live, outs) if (a := self.rules.after_generation(e, o.token_ids))]
+            results = self.client.route([RouteRequest(a.model, a.query) for _, a in routes])
+            for (e, _), res in zip(routes, results):
+                self.rules.after_pool(e, res)
+
+    async def _run_overlap(self, episodes: list[Episode], generate: GenerateFn, sampling: SamplingParams) -> None:
+        loop = asyncio.get_running_loop()
+        ready: list[Episode] = list(episodes)
+        calls: set[asyncio.Task] = set()
+        woken = asyncio.Event()
+
+        async def call_pool(ep: Episode, model: str, query: str) -> None:
+            self.rules.after_pool(ep, await self.client.route_one(RouteRequest(model, query)))
+            if not ep.done:
+                ready.append(ep)
+            woken.set()
+
+        while ready or calls:
+            if not ready:
+                await woken.wait()
+                woken.clear()
+                continue
+            batch, ready[:] = list(ready), []
+            outs = await loop.run_in_executor(None, generate, [e.context() for e in batch], sampling)
+            for ep, out in zip(batch, outs):
+                action = self.rules.after_generation(ep, out.token_ids)
+                if action is not None:
+                    task = asyncio.create_task(call_pool(ep, action.model, action.query))
+                    calls.add(task)
+                    task.add_done_callback(calls.discard)
+                elif not ep.done:
+                    ready.append(ep)
+            # A failing task means a bug in our code (the client never raises): surface it.
+            for task in [t for t in calls if t.done() and t.exception()]:
+                raise task.exception()
+
+    def _result(self, episodes: list[Episode]) -> RolloutResult:
+        return RolloutResult(
+            prompt_ids=[e.prompt_ids for e in episodes],
+            response_ids=[e.response_ids for e in episodes],
+            response_mask=[e.response_mask for e in episodes],
+            info={"text": [e.text for e in episodes], "turns": [e.turns for e in episodes],
+                  "cost_usd": [e.cost_usd for e in episodes], "route_count": [e.route_count for e in episodes],
+                  "hit_budget": [e.hit_budget for e in episodes], "truncated": [e.truncated for e in episodes],
+                  "pool_latency_s": [e.pool_latency_s for e in episodes],
+                  "pool_failures": [e.pool_failures for e in episodes]},
+        )
+
+    # ------------------------------------------------------------------ reward
+    def score(self, result: RolloutResult, rows, validate: bool):
+        golds = [_golds(r.fields, i) for i, r in enumerate(rows)]
+        scores, per = compute_scores(result.info["text"], golds, result.info["cost_usd"],
+                                     result.info["route_count"], self.registry,
+                                     self.normalizers["val" if validate else "train"], self.reward)
+        metrics = {k: [float(m[k]) for m in per] for k in ("em", "f1", "format_ok", "cost_usd", "cost_reward",
+                                                           "route_count")}
+        metrics["hit_budget"] = [float(x) for x in result.info["hit_budget"]]
+        metrics["pool_failures"] = [float(x) for x in result.info["pool_failures"]]
+        for name in self.registry.names:  # share of trajectories that called each model
+            key = f"calls/{name}"
+            metrics[key] = [float(sum(t.get("model") == name and "ok" in t for t in turns))
+                            for turns in result.info["turns"]]
+        return np.asarray(scores, dtype=np.float32), metrics
+
+    def state_dict(self) -> dict:
+        return {k: n.state_dict() for k, n in self.normalizers.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, n in self.normalizers.items():
+            if k in state:
+                n.load_state_dict(state[k])
+
+
+def _golds(fields: dict, i: int) -> list[str]:
+    try:
+        target = fields["reward_model"]["ground_truth"]["target"]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"row {i}: missing reward_model.ground_truth.target") from e
+    return [target] if isinstance(target, str) else [str(t) for t in target]

@@ -1,0 +1,224 @@
+"""Rollout with plain transformers: our own batched, KV-cached decode loop (CPU or GPU).
+
+Prompts are left-padded so every row's next token sits in the last column; the prompt is
+run once (prefill) into a DynamicCache and then one token per step is fed. Rows that have
+finished keep receiving a masked pad token until the whole chunk is done.
+
+Stop strings: a row stops at the first step where its generated text contains a stop
+string. We keep whole tokens, so the stop string ends inside the last kept token (a token
+that spans past the stop string is kept whole, as vLLM keeps it in `token_ids`).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from .base import GenOutput, SamplingParams, clean_state_dict_items, validate_prompts
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set logits outside the top-k and outside the top-p nucleus to -inf. logits: (batch, vocab)."""
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (batch, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (batch, vocab)
+        probs = sorted_logits.softmax(-1)
+        mass_before = probs.cumsum(-1) - probs  # mass of strictly more likely tokens
+        # keep a token while the mass before it is < top_p: the token crossing top_p stays in
+        sorted_logits = sorted_logits.masked_fill(mass_before >= top_p, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    return logits
+
+
+def sample_next(logits: torch.Tensor, sampling: SamplingParams,
+                generator: torch.Generator | None) -> torch.Tensor:
+    """Pick one token per row from fp32 logits (batch, vocab) -> (batch,)."""
+    if sampling.is_greedy:
+        return logits.argmax(-1)
+    logits = filter_logits(logits / sampling.temperature, sampling.top_k, sampling.top_p)
+    probs = logits.softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+class StopChecker:
+    """Finds stop strings at the end of a row's generated tokens without decoding every step.
+
+    A stop string first appears with its last character inside the newest token, so we only
+    decode a tail when the newest token could hold that character (a per-token-id verdict,
+    cached). The tail is as many tokens as the longest stop string has bytes: every token
+    decodes to at least one byte, so no occurrence can start before it.
+    """
+
+    def __init__(self, tokenizer, stops: Sequence[str]):
+        self.tokenizer = tokenizer
+        self.stops = tuple(stops)
+        self.window = max(len(s.encode("utf-8")) for s in self.stops)
+        self.final_chars = {s[-1] for s in self.stops}
+        # decoders may strip or merge whitespace in a lone token: do not trust the prefilter then
+        self.check_always = any(c.isspace() for c in self.final_chars)
+        self._may_end: dict[int, bool] = {}
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def may_end_stop(self, token_id: int) -> bool:
+        verdict = self._may_end.get(token_id)
+        if verdict is None:
+            text = self._decode([token_id])
+            # U+FFFD: a lone token holding part of a multi-byte character
+            verdict = "\ufffd" in text or any(c in text for c in self.final_chars)
+            self._may_end[token_id] = verdict
+        return verdict
+
+    def hit(self, generated: list[int]) -> bool:
+        """True if the generated text (whose newest token is generated[-1]) now holds a stop string."""
+        if not self.check_always and not self.may_end_stop(generated[-1]):
+            return False
+        tail = self._decode(generated[-self.window:])
+        return any(s in tail for s in self.stops)
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    for source in (tokenizer.eos_token_id, getattr(model.config, "eos_token_id", None),
+                   getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(i) for i in source)
+    return ids
+
+
+class HFRollout:
+    """RolloutBackend over a transformers causal LM. The model is moved to `device`/`dtype` in place."""
+
+    def __init__(self, model, tokenizer, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+                 max_batch_size: int = 64, eos_token_ids: Sequence[int] | None = None):
+        if max_batch_size < 1:
+            raise ValueError(f"HFRollout: max_batch_size must be >= 1, got {max_batch_size}")
+        self.device = torch.device(device)
+        self.model = model.to(device=self.device, dtype=dtype) if dtype is not None else model.to(self.device)
+        self.model.eval()
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.eos_ids = set(eos_token_ids) if eos_token_ids is not None else _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else (min(self.eos_ids) if self.eos_ids else 0)
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        # transformers renamed `past_key_values` to `cache` in 5.2x; support both
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._asleep = False
+
+    # ---- RolloutBackend ----------------------------------------------------------------
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[GenOutput]:
+        """Generate one continuation per prompt; outputs come back in input order.
+
+        Logprobs (if asked) are log-softmax of the raw logits (T=1, before top-k/top-p), as vLLM's default."""
+        if self._asleep:
+            raise RuntimeError("HFRollout.generate called while asleep: call wake() first")
+        sampling.validate()
+        validate_prompts(prompts, self.vocab_size)
+        generator = None
+        if sampling.seed is not None and not sampling.is_greedy:
+            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        stopper = StopChecker(self.tokenizer, sampling.stop) if sampling.stop else None
+        # longest first, so each chunk holds prompts of similar length (less padding)
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        results: list[GenOutput | None] = [None] * len(prompts)
+        for start in range(0, len(order), self.max_batch_size):
+            idx = order[start:start + self.max_batch_size]
+            outs = self._generate_chunk([prompts[i] for i in idx], sampling, generator, stopper)
+            for i, out in zip(idx, outs):
+                results[i] = out
+        return results  # type: ignore[return-value]
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Copy new weights into the model; every parameter must be given and no unknown name."""
+        new = dict(clean_state_dict_items(state_dict))
+        # named_parameters drops tied duplicates (lm_head tied to embed_tokens): those may be absent
+        required = {n for n, _ in self.model.named_parameters()}
+        allowed = set(self.model.state_dict().keys())
+        missing = sorted(required - new.keys())
+        unexpected = sorted(new.keys() - allowed)
+        if missing or unexpected:
+            raise KeyError(f"HFRollout.update_weights: state_dict does not match the model: "
+                           f"missing {len(missing)} {missing[:8]}, unexpected {len(unexpected)} {unexpected[:8]}")
+        self.model.load_state_dict(new, strict=False)
+
+    def sleep(self) -> None:
+        """Move the weights to CPU when on an accelerator (the KV cache lives only inside generate)."""
+        if self.device.type != "cpu" and not self._asleep:
+            self.model.to("cpu")
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        self._asleep = True
+
+    def wake(self) -> None:
+        if self.device.type != "cpu" and self._asleep:
+            self.model.to(self.device)
+        self._asleep = False
+
+    # ---- the decode loop -----------------------------------------------------------------
+
+    def _forward(self, input_ids, attention_mask, position_ids, cache, **kw) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         use_cache=True, **{self._cache_kw: cache}, **kw)
+        return out.logits[:, -1, :].float()  # (batch, vocab)
+
+    @torch.inference_mode()
+    def _generate_chunk(self, prompts: list[list[int]], sampling: SamplingParams,
+                        generator: torch.Generator | None, stopper: StopChecker | None) -> list[GenOutput]:
+        batch, width = len(prompts), max(len(p) for p in prompts)
+        dev = self.device
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)  # (batch, prompt_len)
+        attention_mask = torch.zeros((batch, width), dtype=torch.long)        # (batch, prompt_len)
+        for row, p in enumerate(prompts):
+            input_ids[row, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            attention_mask[row, width - len(p):] = 1
+        input_ids, attention_mask = input_ids.to(dev), attention_mask.to(dev)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)         # (batch, prompt_len)
+        next_pos = attention_mask.sum(-1, keepdim=True)                      # (batch, 1)
+
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(input_ids, attention_mask, position_ids, cache, logits_to_keep=1)
+
+        tokens: list[list[int]] = [[] for _ in range(batch)]
+        logprobs: list[list[float]] = [[] for _ in range(batch)]
+        reasons: list[str | None] = [None] * batch
+        alive = torch.ones(batch, dtype=torch.bool, device=dev)              # (batch,)
+        for step in range(sampling.max_new_tokens):
+            next_tok = sample_next(logits, sampling, generator)                # (batch,)
+            next_tok = torch.where(alive, next_tok, torch.full_like(next_tok, self.pad_id))
+            if sampling.return_logprobs:
+                step_lp = torch.log_softmax(logits, -1).gather(-1, next_tok[:, None]).squeeze(-1).tolist()
+            last_step = step == sampling.max_new_tokens - 1
+            for row, (tok, is_alive) in enumerate(zip(next_tok.tolist(), alive.tolist())):
+                if not is_alive:
+                    continue
+                tokens[row].append(tok)
+                if sampling.return_logprobs:
+                    logprobs[row].append(step_lp[row])
+                if tok in self.eos_ids:
+                    reasons[row] = "eos"
+                elif stopper is not None and stopper.hit(tokens[row]):
+                    reasons[row] = "stop"
+                elif last_step:
+                    reasons[row] = "length"
+            if all(r is not None for r in reasons):
+                break
+            alive = torch.tensor([r is None for r in reasons], device=dev)
+            # the fed token is real only for rows still generating; finished rows get a masked pad
+            attention_mask = torch.cat([attention_mask, alive.long()[:, None]], dim=1)  # (batch, len+1)
+            logits = self._forward(next_tok[:, None], attention_mask, next_pos, cache)
+            next_pos = next_pos + 1
+        return [GenOutput(token_ids=tokens[r], finish_reason=reasons[r],  # type: ignore[arg-type]
+                          logprobs=logprobs[r] if sampling.return_logprobs else None)
+                for r in range(batch)]
