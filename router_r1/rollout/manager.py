@@ -32,6 +32,8 @@ class RouterConfig:
     max_response_length: int = 4096  # all turns and observations together
     invalid_hint: bool = False  # a corrective hint after an invalid action (else nothing)
     schedule: str = "overlap"  # overlap | sync
+    overlap_min_ready: float = 0.5  # overlap: generate once this share of unfinished episodes is ready...
+    overlap_max_wait_s: float = 0.5  # ...or the oldest ready one has waited this long
 
 
 class RouterEnv:
@@ -77,18 +79,33 @@ class RouterEnv:
         ready: list[Episode] = list(episodes)
         calls: set[asyncio.Task] = set()
         woken = asyncio.Event()
+        ready_since = loop.time()  # when the oldest waiting episode became ready
+
+        def make_ready(ep: Episode) -> None:
+            nonlocal ready_since
+            if not ready:
+                ready_since = loop.time()
+            ready.append(ep)
+            woken.set()
 
         async def call_pool(ep: Episode, model: str, query: str) -> None:
             self.rules.after_pool(ep, await self.client.route_one(RouteRequest(model, query)))
             if not ep.done:
-                ready.append(ep)
-            woken.set()
+                make_ready(ep)
 
         while ready or calls:
-            if not ready:
-                await woken.wait()
-                woken.clear()
-                continue
+            # Wait for more episodes while a good share is still at the pool: one generate
+            # call costs about the same for 4 rows as for 64, so tiny batches waste it.
+            wanted = self.cfg.overlap_min_ready * (len(ready) + len(calls))
+            if not ready or (calls and len(ready) < wanted):
+                budget = None if not ready else ready_since + self.cfg.overlap_max_wait_s - loop.time()
+                if budget is None or budget > 0:
+                    woken.clear()
+                    try:
+                        await asyncio.wait_for(woken.wait(), budget)
+                        continue  # something changed: decide again
+                    except TimeoutError:
+                        pass  # waited long enough: generate for whoever is ready
             batch, ready[:] = list(ready), []
             outs = await loop.run_in_executor(None, generate, [e.context() for e in batch], sampling)
             for ep, out in zip(batch, outs):
@@ -98,7 +115,7 @@ class RouterEnv:
                     calls.add(task)
                     task.add_done_callback(calls.discard)
                 elif not ep.done:
-                    ready.append(ep)
+                    make_ready(ep)
             # A failing task means a bug in our code (the client never raises): surface it.
             for task in [t for t in calls if t.done() and t.exception()]:
                 raise task.exception()

@@ -1,0 +1,25 @@
+"""The dependency arrow points one way: verl never imports router_r1."""
+import ast
+from pathlib import Path
+
+VERL = Path(__file__).resolve().parents[1] / "verl"
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_verl_does_not_import_router_r1():
+    files = sorted(VERL.rglob("*.py"))
+    assert len(files) > 10
+    offenders = {str(f.relative_to(VERL.parent)): sorted(m for m in imported_modules(f)
+                                                         if m.split(".")[0] == "router_r1")
+                 for f in files}
+    assert {f: m for f, m in offenders.items() if m} == {}

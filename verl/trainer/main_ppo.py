@@ -1,0 +1,172 @@
+"""Entry point: `python -m verl.trainer.main_ppo [key=value ...]` (hydra, configs/ppo_trainer.yaml).
+
+Launch modes (trainer.backend):
+  spmd  one process on CPU or one GPU, or `torchrun --nproc_per_node N -m verl.trainer.main_ppo`:
+        every process runs this controller and holds its share of every worker;
+  ray   one controller process; workers are Ray actors (one per GPU, several nodes).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.dataset import PromptDataset
+from verl.trainer.dist import Dist
+from verl.trainer.env import load_env
+from verl.trainer.ppo_trainer import PPOTrainer
+from verl.trainer.tracking import Tracker
+from verl.utils.tokenizer import load_tokenizer
+from verl.workers.config import ActorConfig, CriticConfig
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+
+
+def model_spec(spec, tokenizer):
+    """A config mapping gets the tokenizer's vocabulary size and special ids; paths pass through."""
+    if not isinstance(spec, dict):
+        return spec
+    spec = dict(spec)
+    if spec.get("vocab_size") is None:
+        spec["vocab_size"] = len(tokenizer)
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        spec.setdefault(key, getattr(tokenizer, key))
+    return spec
+
+
+def uses(cfg: DictConfig) -> tuple[bool, bool]:
+    """(critic, reference) on or off, resolving `auto`."""
+    critic = cfg.critic.enable
+    critic = cfg.algorithm.adv_estimator == "gae" if critic == "auto" else bool(critic)
+    ref = cfg.ref.enable
+    ref = (cfg.algorithm.use_kl_in_reward or cfg.actor.use_kl_loss) if ref == "auto" else bool(ref)
+    return critic, ref
+
+
+def worker_configs(cfg: DictConfig, tokenizer) -> tuple[ActorConfig, CriticConfig]:
+    a, c, m = cfg.actor, cfg.critic, cfg.model
+    policy = model_spec(OmegaConf.to_container(m.path, resolve=True) if OmegaConf.is_config(m.path) else m.path,
+                        tokenizer)
+    critic_model = policy if m.critic_path is None else model_spec(m.critic_path, tokenizer)
+    dtype = "bfloat16" if m.dtype in ("auto", "bf16", "bfloat16") else "float32"
+    shared = dict(tokenizer=tokenizer, dtype=dtype, seed=m.seed, gradient_checkpointing=m.gradient_checkpointing,
+                  param_offload=a.param_offload)
+    actor = ActorConfig(
+        model=policy, lr=a.lr, betas=tuple(a.betas), weight_decay=a.weight_decay, grad_clip=a.grad_clip,
+        warmup_steps=a.warmup_steps, ppo_epochs=a.ppo_epochs, ppo_mini_batch_size=a.ppo_mini_batch_size,
+        micro_batch_size=a.ppo_micro_batch_size, max_tokens_per_micro_batch=a.max_tokens_per_micro_batch,
+        loss_agg_mode=a.loss_agg_mode, clip_low=a.clip_ratio_low, clip_high=a.clip_ratio_high,
+        dual_clip_c=a.dual_clip_c, entropy_coef=a.entropy_coef,
+        kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0, kl_loss_kind=a.kl_loss_type, **shared)
+    critic = CriticConfig(
+        model=critic_model, lr=c.lr, weight_decay=c.weight_decay, grad_clip=c.grad_clip, ppo_epochs=c.ppo_epochs,
+        ppo_mini_batch_size=c.ppo_mini_batch_size, micro_batch_size=c.ppo_micro_batch_size,
+        max_tokens_per_micro_batch=a.max_tokens_per_micro_batch, cliprange_value=c.cliprange_value, **shared)
+    return actor, critic
+
+
+def rollout_config(cfg: DictConfig) -> dict:
+    r = cfg.rollout
+    return {"name": r.name, "max_batch_size": r.max_batch_size, "tensor_parallel_size": r.tensor_parallel_size,
+            "gpu_memory_utilization": r.gpu_memory_utilization, "seed": cfg.trainer.seed}
+
+
+def build_groups(cfg: DictConfig, tokenizer, backend: str) -> tuple[dict, Dist | None]:
+    """Actor(+rollout), critic and reference worker groups for the chosen backend."""
+    from verl.workers.actor import ActorWorker
+    from verl.workers.actor_rollout import ActorRolloutWorker
+    from verl.workers.critic import CriticWorker
+
+    actor_cfg, critic_cfg = worker_configs(cfg, tokenizer)
+    use_critic, use_ref = uses(cfg)
+    specs = {"actor": (ActorRolloutWorker, {"config": actor_cfg, "rollout": rollout_config(cfg)})}
+    if use_critic:
+        specs["critic"] = (CriticWorker, {"config": critic_cfg})
+    if use_ref:
+        specs["ref"] = (ActorWorker, {"config": actor_cfg, "role": "ref"})
+
+    if backend == "spmd":
+        from verl.single_controller.spmd import SPMDWorkerGroup
+
+        groups = {name: SPMDWorkerGroup(cls(**kw)) for name, (cls, kw) in specs.items()}
+        dist = Dist(groups["actor"].rank, groups["actor"].world_size)
+    else:
+        import ray
+
+        from verl.single_controller.ray_group import RayWorkerGroup
+
+        if not ray.is_initialized():
+            ray.init(address=cfg.trainer.ray_address, ignore_reinit_error=True)
+        world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+        gpus = 1 if _want_cuda(cfg) else 0
+        groups = {name: RayWorkerGroup(cls, world, kw, num_gpus_per_worker=gpus / len(specs) if gpus else 0)
+                  for name, (cls, kw) in specs.items()}
+        dist = None
+    for group in groups.values():
+        group.init_model()
+    return groups, dist
+
+
+def _want_cuda(cfg: DictConfig) -> bool:
+    import torch
+
+    return cfg.trainer.device == "cuda" or (cfg.trainer.device == "auto" and torch.cuda.is_available())
+
+
+def pick_backend(cfg: DictConfig) -> str:
+    b = cfg.trainer.backend
+    if b == "auto":
+        return "ray" if (cfg.trainer.nnodes > 1 or cfg.trainer.ray_address) else "spmd"
+    if b not in ("spmd", "ray"):
+        raise ValueError(f"trainer.backend must be auto|spmd|ray, got {b!r}")
+    return b
+
+
+def run(cfg: DictConfig) -> dict:
+    """Build everything from the config and train; returns the last step's metrics."""
+    if cfg.trainer.device == "cpu":
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    tokenizer = load_tokenizer(cfg.model.tokenizer)
+    d = cfg.data
+    train = PromptDataset(list(d.train_files), tokenizer, d.prompt_key, d.max_prompt_length, d.truncation,
+                          limit=d.train_limit)
+    val = PromptDataset(list(d.val_files), tokenizer, d.prompt_key, d.max_prompt_length, d.truncation,
+                        limit=d.val_limit) if d.val_files else None
+    env = load_env(cfg.env.factory, cfg.env, tokenizer)
+    backend = pick_backend(cfg)
+    groups, dist = build_groups(cfg, tokenizer, backend)
+    is_main = dist is None or dist.rank == 0
+    tracker = Tracker(list(cfg.trainer.logger), cfg.trainer.output_dir, cfg.trainer.project_name,
+                      cfg.trainer.experiment_name, OmegaConf.to_container(cfg, resolve=True),
+                      resume=cfg.trainer.resume != "none") if is_main else None
+    trainer = PPOTrainer(cfg, tokenizer, groups, env, train, val, tracker, dist)
+    try:
+        last = trainer.fit()
+    finally:
+        if tracker is not None:
+            tracker.finish()
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
+    if is_main:
+        print(summary(last, cfg), flush=True)
+    return last
+
+
+def summary(metrics: dict, cfg: DictConfig) -> str:
+    keys = [k for k in ("reward/mean", "val/reward/mean", "em/mean", "val/em/mean", "cost_usd/mean",
+                        "route_count/mean", "actor/pg_loss", "critic/vf_loss", "timing/step") if k in metrics]
+    lines = [f"finished {cfg.trainer.total_steps} steps -> {cfg.trainer.output_dir}"]
+    lines += [f"  {k:<20} {metrics[k]:.4g}" for k in keys]
+    return "\n".join(lines)
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="ppo_trainer", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

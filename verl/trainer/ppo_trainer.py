@@ -1,0 +1,270 @@
+"""The PPO controller: one step = rollout -> reward -> log-probs -> values -> advantages -> updates.
+
+Read `step()` top to bottom; everything else is bookkeeping (validation, checkpoints,
+logging). The workers (actor, critic, reference) live behind worker groups, so the
+same loop drives one CPU process, a torchrun launch, or Ray actors.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from verl.algos.advantages import compute_gae, compute_grpo_advantages, place_score_on_last_token
+from verl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty
+from verl.algos.masked import masked_mean
+from verl.protocol import DataProto
+from verl.trainer.batching import pad_trajectories
+from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
+from verl.trainer.env import Env, RolloutResult
+from verl.trainer.tracking import Tracker, plot_curves, timer
+from verl.workers.rollout.base import GenOutput, SamplingParams
+
+COMPLETE = "COMPLETE"  # written last into a checkpoint directory
+
+
+def _summary(prefix: str, values) -> dict[str, float]:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        return {}
+    return {f"{prefix}/mean": float(arr.mean()), f"{prefix}/max": float(arr.max()), f"{prefix}/min": float(arr.min())}
+
+
+class PPOTrainer:
+    def __init__(self, cfg, tokenizer, groups, env: Env, train_set: PromptDataset,
+                 val_set: PromptDataset | None, tracker: Tracker | None, dist=None):
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.actor = groups["actor"]
+        self.critic = groups.get("critic")
+        self.ref = groups.get("ref")
+        self.env = env
+        self.train_set = train_set
+        self.val_set = val_set
+        self.tracker = tracker
+        self.dist = dist  # verl.trainer.launch.Dist: this process's rank in an SPMD launch
+        self.out_dir = Path(cfg.trainer.output_dir)
+        alg = cfg.algorithm
+        if alg.kl_ctrl.type == "adaptive":
+            self.kl_ctrl = AdaptiveKLController(alg.kl_ctrl.kl_coef, alg.kl_ctrl.target_kl, alg.kl_ctrl.horizon)
+        else:
+            self.kl_ctrl = FixedKLController(alg.kl_ctrl.kl_coef)
+        self.global_step = 0  # number of completed updates
+
+    # ------------------------------------------------------------------ rollout
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[GenOutput]:
+        """The `generate` the environment calls; runs on the actor's rollout engine."""
+        if self.dist is not None:  # SPMD: each rank decodes its own episodes, no collectives
+            return self._generate_on(self.actor.worker.generate, prompts, sampling, 1)
+        return self._generate_on(self.actor.generate, prompts, sampling, self.actor.world_size)
+
+    @staticmethod
+    def _generate_on(fn, prompts, sampling, world_size: int) -> list[GenOutput]:
+        # dp dispatch splits evenly: pad with copies of the first prompt, drop their outputs.
+        n = len(prompts)
+        padded = prompts + [prompts[0]] * (-n % world_size)
+        arr = np.empty(len(padded), dtype=object)  # (batch,) of token lists
+        arr[:] = padded
+        out = fn(DataProto(batch={}, non_tensor={"prompt_ids": arr}, meta={"sampling": sampling}))
+        return list(out.non_tensor["gen_outputs"])[:n]
+
+    def sampling(self, validate: bool) -> SamplingParams:
+        r = self.cfg.rollout
+        if validate and r.val_greedy:
+            return SamplingParams(greedy=True, temperature=0.0, max_new_tokens=r.response_length)
+        temperature = r.val_temperature if validate else r.temperature
+        return SamplingParams(temperature=temperature, top_p=r.top_p, top_k=r.top_k,
+                              max_new_tokens=r.response_length, seed=self.cfg.trainer.seed + self.global_step)
+
+    def run_episodes(self, rows, validate: bool) -> tuple[DataProto, dict[str, list]]:
+        """Episodes for `rows` (this rank's share under SPMD), padded into one batch."""
+        if self.dist is not None:
+            rows = self.dist.shard(rows)
+        self.actor.sync_rollout()
+        result: RolloutResult = self.env.rollout(rows, self.generate, self.sampling(validate), validate)
+        scores, env_metrics = self.env.score(result, rows, validate)
+        uids = [r.uid for r in rows]
+        if self.dist is not None:  # every rank gets every episode, then pads the same way
+            result, scores, env_metrics, uids = self.dist.gather_episodes(result, scores, env_metrics, uids)
+        tensors = pad_trajectories(result.prompt_ids, result.response_ids, result.response_mask,
+                                   pad_id=self.tokenizer.pad_token_id)
+        tensors["scores"] = torch.as_tensor(np.asarray(scores), dtype=torch.float32)  # (batch,)
+        batch = DataProto.from_dict(tensors, {"uid": np.array(uids, dtype=object)})
+        return batch, env_metrics
+
+    # ------------------------------------------------------------------ one update
+    def step(self, rows) -> dict[str, float]:
+        cfg, alg, metrics = self.cfg, self.cfg.algorithm, {}
+        with timer("step", metrics):
+            with timer("gen", metrics):
+                batch, env_metrics = self.run_episodes(rows, validate=False)
+            mask = batch.batch["response_mask"].float()  # (batch, response_len)
+
+            with timer("old_log_prob", metrics):
+                batch = batch.union(self.actor.compute_log_prob(batch))
+            if self.ref is not None:
+                with timer("ref", metrics):
+                    batch = batch.union(self.ref.compute_ref_log_prob(batch))
+            if self.critic is not None:
+                with timer("values", metrics):
+                    batch = batch.union(self.critic.compute_values(batch))
+
+            with timer("adv", metrics):
+                token_scores = place_score_on_last_token(batch.batch["scores"], mask)  # (batch, response_len)
+                if alg.use_kl_in_reward and self.ref is not None:
+                    token_rewards, kl = apply_kl_penalty(token_scores, batch.batch["old_log_probs"],
+                                                         batch.batch["ref_log_prob"], mask,
+                                                         self.kl_ctrl.value, alg.kl_penalty)
+                    self.kl_ctrl.update(float(kl), n_steps=len(batch))
+                    metrics.update({"actor/reward_kl": float(kl), "actor/kl_coef": self.kl_ctrl.value})
+                else:
+                    token_rewards = token_scores
+                if alg.adv_estimator == "gae":
+                    adv, returns = compute_gae(token_rewards, batch.batch["values"], mask,
+                                               gamma=alg.gamma, lam=alg.lam, whiten=alg.whiten_advantages)
+                elif alg.adv_estimator == "grpo":
+                    adv, returns = compute_grpo_advantages(token_rewards.sum(-1), batch.non_tensor["uid"], mask,
+                                                           norm_by_std=alg.grpo_norm_by_std)
+                else:
+                    raise ValueError(f"algorithm.adv_estimator: unknown {alg.adv_estimator!r} (gae | grpo)")
+                batch.batch.update({"token_level_rewards": token_rewards, "advantages": adv, "returns": returns})
+
+            if self.critic is not None:
+                with timer("update_critic", metrics):
+                    metrics.update(self.critic.update_critic(batch))
+            if self.global_step >= cfg.critic.warmup_steps or self.critic is None:
+                with timer("update_actor", metrics):
+                    metrics.update(self.actor.update_actor(batch))
+
+        metrics.update(_summary("reward", batch.batch["scores"].tolist()))
+        for name, values in env_metrics.items():
+            if name != "reward":
+                metrics.update(_summary(name, values))
+        metrics["response_length/mean"] = float(batch.batch["response_mask"].sum(-1).float().mean())
+        metrics["adv/mean"] = float(masked_mean(batch.batch["advantages"], mask))
+        metrics["timing/tokens_per_s"] = float(batch.batch["attention_mask"].sum()) / metrics["timing/step"]
+        return metrics
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> dict[str, float]:
+        """Greedy (when asked) over the whole validation set, the last short batch included."""
+        if self.val_set is None:
+            return {}
+        scores, per_metric, sources = [], {}, []
+        for idx in eval_batches(len(self.val_set), self.cfg.data.val_batch_size):
+            rows = [self.val_set.rows[i] for i in idx]
+            batch, env_metrics = self.run_episodes(rows, validate=True)
+            scores += batch.batch["scores"].tolist()
+            sources += [r.fields.get("data_source", "all") for r in rows]
+            for k, v in env_metrics.items():
+                per_metric.setdefault(k, []).extend(v)
+        out = {"val/reward/mean": float(np.mean(scores)), "val/n": len(scores)}
+        for k, v in per_metric.items():
+            if k != "reward" and v and isinstance(v[0], (int, float, bool, np.number)):
+                out[f"val/{k}/mean"] = float(np.mean(v))
+        for src in sorted(set(sources)):
+            sel = [s for s, d in zip(scores, sources) if d == src]
+            out[f"val/{src}/reward"] = float(np.mean(sel))
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        step_dir = self.out_dir / "checkpoints" / f"step_{self.global_step:06d}"
+        if self.is_main:
+            shutil.rmtree(step_dir, ignore_errors=True)
+        self._barrier()
+        self.actor.save_checkpoint(str(step_dir / "actor"))
+        if self.critic is not None:
+            self.critic.save_checkpoint(str(step_dir / "critic"))
+        if self.is_main:
+            state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value, "env": self.env.state_dict()}
+            torch.save(state, step_dir / "trainer_state.pt")
+            (step_dir / "trainer_state.json").write_text(json.dumps(
+                {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value}))
+            (step_dir / COMPLETE).write_text("ok\n")
+            self._prune()
+        self._barrier()
+        return step_dir
+
+    def _prune(self):
+        keep = self.cfg.trainer.max_checkpoints
+        done = sorted(p for p in (self.out_dir / "checkpoints").glob("step_*") if (p / COMPLETE).exists())
+        for old in done[:-keep] if keep else []:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest checkpoint directory whose COMPLETE marker exists (a cut save is skipped)."""
+        root = self.out_dir / "checkpoints"
+        done = sorted(p for p in root.glob("step_*") if (p / COMPLETE).exists()) if root.exists() else []
+        return done[-1] if done else None
+
+    def resume(self) -> None:
+        mode = str(self.cfg.trainer.resume)
+        if mode == "none":
+            return
+        step_dir = self.latest_checkpoint() if mode == "auto" else Path(mode)
+        if step_dir is None:
+            return
+        if not (step_dir / COMPLETE).exists():
+            raise FileNotFoundError(f"{step_dir}: checkpoint is incomplete (no {COMPLETE} marker); "
+                                    f"it was cut while saving")
+        self.actor.load_checkpoint(str(step_dir / "actor"))
+        if self.critic is not None:
+            self.critic.load_checkpoint(str(step_dir / "critic"))
+        state = torch.load(step_dir / "trainer_state.pt", weights_only=False)
+        self.global_step = int(state["global_step"])
+        self.env.load_state_dict(state["env"])
+        if hasattr(self.kl_ctrl, "value"):
+            self.kl_ctrl.value = float(state["kl_coef"])
+        if self.is_main:
+            print(f"resumed from {step_dir} (step {self.global_step})", flush=True)
+
+    # ------------------------------------------------------------------ main loop
+    @property
+    def is_main(self) -> bool:
+        return self.dist is None or self.dist.rank == 0
+
+    def _barrier(self):
+        if self.dist is not None:
+            self.dist.barrier()
+
+    def _log(self, metrics: dict, step: int):
+        if self.tracker is not None and self.is_main:
+            self.tracker.log(metrics, step)
+
+    def fit(self) -> dict[str, float]:
+        """Train for trainer.total_steps updates; returns the last step's metrics."""
+        t, d = self.cfg.trainer, self.cfg.data
+        self.resume()
+        if t.val_before_train and self.global_step == 0:
+            self._log(self.validate(), 0)
+        last = {}
+        bar = tqdm(range(self.global_step + 1, t.total_steps + 1), desc="ppo", disable=not self.is_main,
+                   initial=self.global_step, total=t.total_steps)
+        for step in bar:
+            idx = train_batch_indices(len(self.train_set), d.train_batch_size, step, d.seed, d.shuffle)
+            rows = [self.train_set.rows[i] for i in idx]
+            rows = [r for r in rows for _ in range(self.cfg.rollout.n)]  # n samples per prompt, grouped by uid
+            metrics = self.step(rows)
+            self.global_step = step
+            is_last = step == t.total_steps
+            if is_last or (t.test_freq and step % t.test_freq == 0):
+                metrics.update(self.validate())
+            if is_last or (t.save_freq and step % t.save_freq == 0):
+                self.save()
+            self._log(metrics, step)
+            bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
+            last = metrics
+        if self.is_main and self.tracker is not None and self.tracker.jsonl_path.exists():
+            try:
+                plot_curves(self.tracker.jsonl_path, list(t.plot_keys), self.out_dir / "curves.png",
+                            title=t.experiment_name)
+            except ValueError as e:
+                print(f"no plot: {e}")
+        if t.export_hf:
+            self.actor.export_hf(str(self.out_dir / "hf"))
+        return last

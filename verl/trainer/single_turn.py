@@ -1,0 +1,53 @@
+"""The simplest environment: one generation per prompt, scored by a rule.
+
+It is the engine's own smoke-test task and the template for new environments. The
+reward function is named in the config (`env.reward_fn: module:function`) and called as
+`fn(response_text, row_fields) -> float`.
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from verl.trainer.env import GenerateFn, RolloutResult
+from verl.workers.rollout.base import SamplingParams
+
+
+def target_char_reward(text: str, fields: dict) -> float:
+    """Share of non-space characters equal to the row's `target_char` (default "a")."""
+    target = (fields.get("target_char") or "a")[0]
+    chars = [c for c in text if not c.isspace()]
+    return sum(c == target for c in chars) / max(1, len(chars))
+
+
+class SingleTurnEnv:
+    def __init__(self, tokenizer, reward_fn, max_response_length: int):
+        self.tokenizer = tokenizer
+        self.reward_fn = reward_fn
+        self.max_response_length = max_response_length
+
+    def rollout(self, rows, generate: GenerateFn, sampling: SamplingParams, validate: bool) -> RolloutResult:
+        prompts = [r.prompt_ids for r in rows]
+        outs = generate(prompts, sampling)
+        responses = [o.token_ids[: self.max_response_length] for o in outs]
+        return RolloutResult(prompts, responses, [[1] * len(r) for r in responses],
+                             info={"finish_reason": [o.finish_reason for o in outs]})
+
+    def score(self, result: RolloutResult, rows, validate: bool):
+        texts = self.tokenizer.batch_decode(result.response_ids, skip_special_tokens=True)
+        scores = np.array([self.reward_fn(t, r.fields) for t, r in zip(texts, rows)], dtype=np.float32)
+        return scores, {"reward": scores.tolist(), "response_length": [len(r) for r in result.response_ids]}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def make_env(env_cfg, tokenizer) -> SingleTurnEnv:
+    """Factory named by `env.factory` in the trainer config."""
+    module_name, _, attr = str(env_cfg.get("reward_fn", "verl.trainer.single_turn:target_char_reward")).partition(":")
+    fn = getattr(importlib.import_module(module_name), attr)
+    return SingleTurnEnv(tokenizer, fn, int(env_cfg.get("max_response_length", 64)))

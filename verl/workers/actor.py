@@ -1,0 +1,229 @@
+"""The policy worker (role "actor", or "ref" for the frozen reference): log-probs and the PPO update.
+
+Data-parallel: each rank holds 1/world_size of every batch; under world_size > 1 the
+model is sharded with FSDP2, with one process it is the plain module. Losses are
+weighted so that any split over ranks and micro-batches gives the gradient of the whole
+mini-batch loss (see micro_batch.loss_units). `meta["temperature"]` (default 1.0)
+divides the logits, so log-probs match the distribution the rollout sampled from.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+
+import numpy as np
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from verl.algos.losses import agg_loss, entropy_from_logits, kl_loss, logprobs_from_logits, policy_loss
+from verl.protocol import DataProto
+from verl.single_controller.base import Worker, register
+from verl.workers import fsdp
+from verl.workers.config import ActorConfig, WorkerConfig
+from verl.workers.micro_batch import SEQ_KEYS, loss_units, make_micro_batches, pad_response, split_rows, trim_padding
+from verl.workers.model_loader import load_model, to_dtype
+
+
+class FSDPWorker(Worker):
+    """Model, optimizer, micro-batch plan and checkpoints; shared by the actor and the critic."""
+
+    def __init__(self, config: WorkerConfig, role: str):
+        super().__init__(config.device)
+        self.config, self.role = config, role
+        self.trainable = role in ("actor", "critic")
+        self.model = self.optimizer = self.scheduler = None
+
+    @register("all")
+    def init_model(self) -> None:
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        compute_dtype = to_dtype(cfg.dtype) if self.device.type == "cuda" else torch.float32
+        # Trained weights stay fp32 (the optimizer's master copy); the reference only runs forwards.
+        load_dtype = torch.float32 if self.trainable else compute_dtype
+        model = load_model(cfg.model, load_dtype, role="critic" if self.role == "critic" else "actor",
+                           seed=cfg.seed, gradient_checkpointing=cfg.gradient_checkpointing and self.trainable)
+        self.autocast_dtype = None
+        if self.world_size > 1:
+            if not cfg.param_offload:
+                model.to(self.device)
+            mesh = init_device_mesh(self.device.type, (self.world_size,))
+            fsdp.apply_fsdp2(model, mesh, param_dtype=compute_dtype, reduce_dtype=torch.float32,
+                             reshard_after_forward=cfg.reshard_after_forward, cpu_offload=cfg.param_offload)
+        else:
+            model.to(self.device)
+            if compute_dtype != load_dtype:  # one GPU: mixed precision by autocast instead of FSDP's policy
+                self.autocast_dtype = compute_dtype
+        self.model = model
+        if self.trainable:
+            self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas),
+                                               weight_decay=cfg.weight_decay)
+            warmup = cfg.warmup_steps
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
+
+    # ------------------------------------------------------------------ helpers
+    def _micro_batches(self, data: DataProto) -> list[np.ndarray]:
+        """Row indices per micro-batch; every rank gets the same count (FSDP's collectives pair up)."""
+        cfg = self.config
+        if cfg.max_tokens_per_micro_batch:
+            k = len(make_micro_batches(data, cfg.max_tokens_per_micro_batch))
+            k = int(self.all_reduce(k, "max"))
+            return make_micro_batches(data, cfg.max_tokens_per_micro_batch, min_num=k)
+        k = int(self.all_reduce(math.ceil(len(data) / cfg.micro_batch_size), "max"))
+        return split_rows(len(data), cfg.micro_batch_size, min_num=k)
+
+    def _mini_batch_rows(self) -> int:
+        size = self.config.ppo_mini_batch_size
+        if size % self.world_size:
+            raise ValueError(f"ppo_mini_batch_size={size} must be divisible by the world size {self.world_size}")
+        return size // self.world_size
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
+
+    def _optimizer_step(self) -> float:
+        """Clip, then step unless the gradient norm is not finite; returns the pre-clip norm."""
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        if math.isfinite(norm):
+            self.optimizer.step()
+        else:
+            warnings.warn(f"rank {self.rank}: gradient norm is {norm}; skipping this optimizer step")
+            self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    @register("all")
+    def save_checkpoint(self, path: str) -> None:
+        """Model + optimizer + lr scheduler + RNG, sharded per rank; see fsdp.save_checkpoint."""
+        fsdp.save_checkpoint(path, self.model, self.optimizer, {"scheduler": self.scheduler.state_dict()})
+
+    @register("all")
+    def load_checkpoint(self, path: str) -> None:
+        extra = fsdp.load_checkpoint(path, self.model, self.optimizer)
+        self.scheduler.load_state_dict(extra["scheduler"])
+
+    @register("all")
+    def get_full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Unsharded CPU weights on every rank (to sync a rollout engine)."""
+        return fsdp.full_state_dict(self.model)
+
+
+class ActorWorker(FSDPWorker):
+    def __init__(self, config: ActorConfig, role: str = "actor"):
+        if role not in ("actor", "ref"):
+            raise ValueError(f"ActorWorker role must be 'actor' or 'ref', got {role!r}")
+        super().__init__(config, role)
+
+    def _log_prob(self, mb: DataProto, temperature: float, with_entropy: bool):
+        """(log p(response token), entropy or None), each (batch, response_len), 0 on padding."""
+        resp_len = mb.batch["responses"].shape[1]
+        mb, keep = trim_padding(mb)
+        with self._autocast():
+            out = self.model(input_ids=mb.batch["input_ids"], attention_mask=mb.batch["attention_mask"],
+                             position_ids=mb.batch["position_ids"], use_cache=False, logits_to_keep=keep + 1)
+        # Position t's logits predict token t+1: the last keep+1 positions score the kept response.
+        logits = out.logits[:, -keep - 1 : -1].float() / temperature  # (batch, keep, vocab)
+        real = mb.batch["attention_mask"][:, -keep:]  # (batch, keep)
+        logp = logprobs_from_logits(logits, mb.batch["responses"]) * real
+        entropy = entropy_from_logits(logits) * real if with_entropy else None
+        return pad_response(logp, resp_len), (pad_response(entropy, resp_len) if with_entropy else None)
+
+    @register("dp")
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """`old_log_probs` (and `entropys` if meta["calculate_entropy"]) for the response tokens."""
+        data = data.select(list(SEQ_KEYS) + ["responses"])
+        temperature = data.meta.get("temperature", 1.0)
+        with_entropy = bool(data.meta.get("calculate_entropy", False))
+        n, resp_len = data.batch["responses"].shape
+        logp = torch.zeros(n, resp_len)  # (batch, response_len)
+        entropy = torch.zeros(n, resp_len) if with_entropy else None
+        self.model.eval()
+        with torch.no_grad():
+            for idx in self._micro_batches(data):
+                lp, ent = self._log_prob(data[idx].to(self.device), temperature, with_entropy)
+                idx = torch.as_tensor(idx)
+                logp[idx] = lp.cpu()  # back to the original row order
+                if with_entropy:
+                    entropy[idx] = ent.cpu()
+        out = {"old_log_probs": logp} if entropy is None else {"old_log_probs": logp, "entropys": entropy}
+        return DataProto.from_dict(out)
+
+    @register("dp")
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """The same computation as compute_log_prob, returned as `ref_log_prob`."""
+        return DataProto.from_dict({"ref_log_prob": self.compute_log_prob(data).batch["old_log_probs"]})
+
+    @register("dp")
+    def update_actor(self, data: DataProto) -> dict[str, float]:
+        """PPO: epochs over mini-batches, one optimizer step per mini-batch, gradient
+        accumulation over micro-batches. Needs old_log_probs, advantages (and ref_log_prob
+        when kl_loss_coef > 0)."""
+        cfg = self.config
+        if not self.trainable:
+            raise RuntimeError(f"update_actor called on a worker with role {self.role!r}")
+        keys = list(SEQ_KEYS) + ["responses", "response_mask", "old_log_probs", "advantages"]
+        keys += ["ref_log_prob"] if cfg.kl_loss_coef else []
+        data = data.select(keys)
+        temperature = data.meta.get("temperature", 1.0)
+        use_entropy = cfg.entropy_coef != 0
+        metrics = defaultdict(list)
+        self.model.train()
+        for _ in range(cfg.ppo_epochs):
+            for mini in data.split(self._mini_batch_rows()):
+                self.optimizer.zero_grad(set_to_none=True)
+                total = self.all_reduce(loss_units(mini.batch["response_mask"], cfg.loss_agg_mode))
+                stats = defaultdict(float)
+                for idx in self._micro_batches(mini):
+                    mb = mini[idx].to(self.device)
+                    mask = mb.batch["response_mask"].bool()  # (batch, response_len)
+                    logp, entropy = self._log_prob(mb, temperature, use_entropy)
+                    # Masked positions may hold anything: keep it out of the graph (0 * inf is nan).
+                    old = torch.where(mask, mb.batch["old_log_probs"], logp.detach())
+                    adv = torch.where(mask, mb.batch["advantages"], 0.0)
+                    loss, m = policy_loss(logp, old, adv, mask, cfg.clip_low, cfg.clip_high,
+                                          cfg.dual_clip_c, cfg.loss_agg_mode)
+                    m["pg_loss"] = loss.item()
+                    if use_entropy:
+                        ent = agg_loss(entropy, mask, cfg.loss_agg_mode)
+                        loss = loss - cfg.entropy_coef * ent
+                        m["entropy"] = ent.item()
+                    if cfg.kl_loss_coef:
+                        ref = torch.where(mask, mb.batch["ref_log_prob"], logp.detach())
+                        kl = kl_loss(logp, ref, mask, cfg.kl_loss_kind, cfg.loss_agg_mode)
+                        loss = loss + cfg.kl_loss_coef * kl
+                        m["kl_loss"] = kl.item()
+                    # This micro-batch's share of the global mini-batch loss; x world_size
+                    # undoes the averaging of gradients over ranks in FSDP's reduce-scatter.
+                    weight = loss_units(mask, cfg.loss_agg_mode) / max(total, 1) * self.world_size
+                    (loss * weight).backward()
+                    for k, v in m.items():
+                        stats[k] += v * weight  # summed over micro-batches, averaged over ranks
+                metrics["actor/grad_norm"].append(self._optimizer_step())
+                for k, v in stats.items():
+                    metrics[f"actor/{k}"].append(v)
+        out = {k: float(np.mean(v)) for k, v in metrics.items()}
+        out["actor/lr"] = self.optimizer.param_groups[0]["lr"]  # the rate this update used
+        self.scheduler.step()  # once per training step, so warmup_steps counts steps
+        return out
+
+    @register("all")
+    def export_hf(self, path: str, dtype: str | torch.dtype | None = None) -> None:
+        """Rank 0 writes an HF model directory (config, safetensors, tokenizer) that from_pretrained loads."""
+        state = fsdp.full_state_dict(self.model, rank0_only=True)
+        if self.rank == 0:
+            with torch.device("meta"):  # structure only: the weights come from `state`
+                skeleton = AutoModelForCausalLM.from_config(self.model.config)
+            if dtype is not None:
+                state = {k: v.to(to_dtype(dtype)) if v.is_floating_point() else v for k, v in state.items()}
+            skeleton.save_pretrained(path, state_dict=state)
+            tokenizer = self.config.tokenizer
+            if isinstance(tokenizer, str):
+                tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+            if tokenizer is None:
+                warnings.warn(f"export_hf: no tokenizer configured; {path} holds the model only")
+            else:
+                tokenizer.save_pretrained(path)
+        self.barrier()
