@@ -69,8 +69,11 @@ def worker_configs(cfg: DictConfig, tokenizer) -> tuple[ActorConfig, CriticConfi
 
 def rollout_config(cfg: DictConfig) -> dict:
     r = cfg.rollout
-    return {"name": r.name, "max_batch_size": r.max_batch_size, "tensor_parallel_size": r.tensor_parallel_size,
-            "gpu_memory_utilization": r.gpu_memory_utilization, "seed": cfg.trainer.seed}
+    out = {"name": r.name, "max_batch_size": r.max_batch_size, "tensor_parallel_size": r.tensor_parallel_size,
+           "gpu_memory_utilization": r.gpu_memory_utilization, "seed": cfg.trainer.seed}
+    if isinstance(cfg.model.path, str):  # vLLM starts from the checkpoint, then gets the actor's weights
+        out["model_path"] = cfg.model.path
+    return out
 
 
 def build_groups(cfg: DictConfig, tokenizer, backend: str) -> tuple[dict, Dist | None]:

@@ -1,0 +1,578 @@
+"""Evaluate router checkpoints and baselines on test parquet files through a real pool.
+
+    python -m router_r1.eval.evaluate --checkpoint outputs/embedded/hf --data data/sim/test.parquet --sim
+    python -m router_r1.eval.evaluate --checkpoint A --checkpoint B --data 'data/router_r1/test_*.parquet' \
+        --pool configs/pool/paper.yaml --pool-url http://HOST:8000/v1 --baseline all-singles
+
+A checkpoint runs the training rollout itself (RouterEnv in validation mode): greedy
+unless --temperature is given, every row (the last short batch kept). Each trajectory is
+scored by the training reward; the one difference is the cost window: the normalised cost
+reward of an evaluation is read against that evaluation's own costs (a fresh
+CostNormalizer holding every trajectory of the run), so it ranks trajectories within a
+run and does not compare runs. Compare runs by raw cost.
+
+Sampled runs (--temperature T --seed S) reproduce with the default sync schedule: the
+generate calls then come in a fixed order and call k samples with seed (S, k).
+
+Without --pool (or with --sim) the simulated pool is served in-process on 127.0.0.1.
+Writes summary.json, trajectories.jsonl and pareto.png under --out and prints a table.
+Bad input (a missing file, column or checkpoint, an unreachable pool) ends with a
+one-line error naming it and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import itertools
+import math
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from router_r1.eval import report
+from router_r1.eval.baselines import (DIRECT_MAX_TURNS, Baseline, BaselineError, direct_messages, parse_baselines,
+                                      prompt_llm_episodes, single_model_episodes)
+from router_r1.pool.client import PoolClient
+from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
+from router_r1.pool.server import ServerThread, SimBackend
+from router_r1.pool.sim_backend import SimProfileError
+from router_r1.prompts import TemplateError, load_template
+from router_r1.protocol import STOP_STRINGS
+from router_r1.reward.cost import CostNormalizer
+from router_r1.reward.qa_em import extract_answer
+from router_r1.reward.score import RewardConfig, compute_scores
+from verl.trainer.dataset import eval_batches
+
+# torch and transformers are imported inside the functions that need them, so that bad
+# input (paths, columns, the pool) is reported in a second rather than after model imports.
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_POOL = REPO / "configs" / "pool" / "sim.yaml"
+TEMPLATE_FILE = "prompt_template.txt"  # a checkpoint dir may carry the prompt template it was trained with
+REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
+EPISODE_KEYS = ("text", "turns", "cost_usd", "route_count", "pool_latency_s", "pool_failures", "hit_budget",
+                "truncated")
+NOTES = {
+    "cost_reward": "normalised cost reward read against this run's own cost window (all its trajectories); "
+                   "compare runs by raw cost",
+    "reply_answer": "largest/single/prompt-llm answer with the first sentence of the pool reply",
+}
+
+
+class EvalError(ValueError):
+    """Input that cannot be evaluated; the message names the file, column, field, checkpoint or URL."""
+
+
+USER_ERRORS = (EvalError, BaselineError, RegistryError, SimProfileError, TemplateError)
+
+
+# ---------------------------------------------------------------------------------- data
+
+@dataclass
+class EvalRow:
+    uid: str
+    source: str  # data_source
+    golds: list[str]
+    messages: list[dict]  # the router prompt as built for training
+    question: str | None  # extra_info.question: what direct / pool-only baselines ask
+    where: str  # "FILE row I", for error messages
+
+
+def find_data_files(patterns: list[str]) -> list[Path]:
+    """Files for FILE / GLOB / DIR (a directory means DIR/test*.parquet), in order, without repeats."""
+    files: list[Path] = []
+    for pattern in patterns:
+        path = Path(pattern)
+        if path.is_dir():
+            found = sorted(path.glob("test*.parquet"))
+            if not found:
+                raise EvalError(f"{path}: directory holds no test*.parquet file")
+        elif glob.has_magic(pattern):
+            found = sorted(Path(p) for p in glob.glob(pattern))
+            if not found:
+                raise EvalError(f"no data file matches {pattern!r}")
+        elif path.is_file():
+            found = [path]
+        else:
+            raise EvalError(f"{path}: data file not found")
+        files += [f for f in found if f not in files]
+    return files
+
+
+def load_rows(files: list[Path], limit: int | None = None) -> list[EvalRow]:
+    """Rows of every file (the first `limit` of each); checks columns and gold answers."""
+    import pyarrow.parquet as pq
+
+    rows: list[EvalRow] = []
+    seen: dict[str, str] = {}
+    for path in files:
+        try:
+            table = pq.read_table(path)
+        except Exception as e:  # pyarrow raises several types for a file that is not parquet
+            raise EvalError(f"{path}: cannot read as parquet ({type(e).__name__})") from e
+        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+        if missing:
+            raise EvalError(f"{path}: missing column {missing[0]!r} (columns: {', '.join(table.column_names)})")
+        for i, rec in enumerate(table.slice(0, limit).to_pylist()):
+            where = f"{path} row {i}"
+            row = _row(rec, where, f"{path.name}:{i}")
+            if row.uid in seen:
+                raise EvalError(f"{where}: uid {row.uid!r} repeats {seen[row.uid]}")
+            seen[row.uid] = where
+            rows.append(row)
+    if not rows:
+        raise EvalError(f"{', '.join(map(str, files))}: no rows")
+    return rows
+
+
+def _row(rec: dict, where: str, fallback_uid: str) -> EvalRow:
+    source = rec.get("data_source")
+    if not isinstance(source, str) or not source:
+        raise EvalError(f"{where}: field 'data_source' must be a non-empty string")
+    target = ((rec.get("reward_model") or {}).get("ground_truth") or {}).get("target")
+    golds = [target] if isinstance(target, str) else target
+    if not isinstance(golds, list) or not golds or not all(isinstance(g, str) for g in golds):
+        raise EvalError(f"{where}: field 'reward_model.ground_truth.target' must be a non-empty list of strings")
+    messages = rec.get("prompt")
+    if not isinstance(messages, list) or not messages or not all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in messages):
+        raise EvalError(f"{where}: field 'prompt' must be a non-empty list of chat messages")
+    info = rec.get("extra_info") or {}
+    question = info.get("question") if isinstance(info.get("question"), str) else None
+    return EvalRow(str(info.get("uid") or fallback_uid), source, golds, messages, question, where)
+
+
+def questions_of(rows: list[EvalRow], label: str) -> list[str]:
+    for row in rows:
+        if not row.question or not row.question.strip():
+            raise EvalError(f"{row.where}: field 'extra_info.question' is missing; the {label} baseline "
+                            "sends the question itself")
+    return [row.question for row in rows]
+
+
+# ---------------------------------------------------------------------------------- policy
+
+@dataclass
+class Policy:
+    tokenizer: object
+    generate: Callable  # GenerateFn: (prompts: list[list[int]], SamplingParams) -> list[GenOutput]
+    template: str | None = None  # template for prompts built here (direct, infer); None: the default
+    max_positions: int | None = None  # the model's context window, if its config says
+
+
+def check_checkpoint(path: str | Path) -> Path:
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise EvalError(f"no checkpoint at {path}; run bash train.sh first or pass --checkpoint")
+    return path
+
+
+def resolve_template(template_file: str | None, checkpoint: Path | None) -> str | None:
+    """--prompt-template, else the checkpoint's prompt_template.txt, else None (the default template)."""
+    if template_file:
+        return load_template(template_file)
+    if checkpoint is not None and (checkpoint / TEMPLATE_FILE).is_file():
+        return load_template(checkpoint / TEMPLATE_FILE)
+    return None
+
+
+def load_policy(checkpoint: str | Path, device: str | None = None, template_file: str | None = None) -> Policy:
+    """An HF model dir (config, weights, tokenizer) behind the transformers rollout backend."""
+    path = check_checkpoint(checkpoint)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from verl.utils.tokenizer import load_tokenizer
+    from verl.workers.rollout.hf_rollout import HFRollout
+
+    try:
+        tokenizer = load_tokenizer(str(path))
+        model = AutoModelForCausalLM.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise EvalError(f"{path}: cannot load the checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    rollout = HFRollout(model, tokenizer, device=device)
+    return Policy(tokenizer, rollout.generate, resolve_template(template_file, path),
+                  getattr(model.config, "max_position_embeddings", None))
+
+
+def seeded(generate: Callable) -> Callable:
+    """Sampling with a seed gets a fresh, reproducible seed per generate call: call k uses (seed, k)."""
+    calls = itertools.count()
+
+    def wrapped(prompts, sampling):
+        k = next(calls)
+        if sampling.seed is not None and not sampling.is_greedy:
+            sampling = replace(sampling, seed=int(np.random.SeedSequence([sampling.seed, k]).generate_state(1)[0]))
+        return generate(prompts, sampling)
+
+    return wrapped
+
+
+def tokenize_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    """Prompt ids exactly as the trainer's PromptDataset makes them."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+# ---------------------------------------------------------------------------------- pool
+
+@dataclass
+class Pool:
+    registry: ModelRegistry  # the models the router may call (seen ones unless --include-unseen)
+    full: ModelRegistry  # every model of the yaml: a single-model baseline may name any
+    client: PoolClient
+    where: str  # for the summary
+
+
+def check_endpoints(specs: list[ModelSpec], timeout_s: float = 5.0) -> None:
+    """GET /models on every distinct endpoint; EvalError names an endpoint that does not answer."""
+    for url, spec in {s.base_url: s for s in specs}.items():
+        key = spec.api_key()  # sent, never shown
+        headers = {"Authorization": f"Bearer {key}"} if key and key != "EMPTY" else {}
+        try:
+            urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + "/models", headers=headers),
+                                   timeout=timeout_s).close()
+        except urllib.error.HTTPError as e:  # something answers; only a refused key stops us
+            if e.code in (401, 403):
+                raise EvalError(f"pool endpoint {url} refused the API key (HTTP {e.code}); "
+                                f"set ${spec.api_key_env or 'the api_key_env of the pool yaml'}") from None
+        except ValueError:
+            raise EvalError(f"pool endpoint {url!r} is not an http(s) URL") from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise EvalError(f"pool endpoint {url} is unreachable ({reason}); start a pool server "
+                            "(python -m router_r1.pool.server) or pass --sim") from None
+
+
+@contextmanager
+def open_pool(pool_yaml: str | Path | None = None, *, pool_url: str | None = None, sim: bool = False,
+              sim_seed: int = 0, sim_latency: float = 0.0, include_unseen: bool = False,
+              cache_dir: str | None = None, call_timeout_s: float = 30.0) -> Iterator[Pool]:
+    """The pool of a yaml, its endpoints checked; `sim` (or no yaml at all) serves the sim pool in-process."""
+    if sim and pool_url:
+        raise EvalError("--sim and --pool-url exclude each other: --sim serves the pool itself")
+    sim = sim or (pool_yaml is None and pool_url is None)
+    pool_yaml = Path(pool_yaml or SIM_POOL)
+    server = None
+    if sim:
+        ModelRegistry.from_yaml(pool_yaml)  # a missing or broken yaml is reported as such first
+        server = ServerThread(SimBackend.from_pool_yaml(pool_yaml, seed=sim_seed, latency_scale=sim_latency))
+        server.start()
+        pool_url, where = server.url, f"simulated {pool_yaml} (seed {sim_seed}) at {server.url}"
+    else:
+        where = f"{pool_yaml} at {pool_url}" if pool_url else f"{pool_yaml} (endpoints of the yaml)"
+    try:
+        full = ModelRegistry.from_yaml(pool_yaml, base_url=pool_url)
+        registry = full if include_unseen else full.seen()
+        check_endpoints(list(registry.models.values()))
+        client = PoolClient(full, timeout_s=call_timeout_s, cache_dir=cache_dir)
+        try:
+            yield Pool(registry, full, client, where)
+        finally:
+            client.close()
+    finally:
+        if server is not None:
+            server.stop()
+
+
+# ---------------------------------------------------------------------------------- runs
+
+@dataclass
+class EvalConfig:
+    data: list[str]
+    checkpoints: list[str] = field(default_factory=list)
+    baselines: list[str] = field(default_factory=list)
+    skip_router: bool = False  # only the baselines (checkpoints then serve direct / prompt-llm)
+    pool: str | None = None  # None: the simulated pool, served in-process
+    pool_url: str | None = None
+    sim: bool = False
+    sim_seed: int = 0
+    sim_latency: float = 0.0  # 0: the sim answers at once (latencies are simulated anyway)
+    include_unseen: bool = False
+    greedy: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    batch_size: int = 64
+    max_turns: int = 4
+    max_obs_length: int = 600
+    response_length: int = 1024
+    max_response_length: int = 4096
+    schedule: str = "sync"
+    alpha: float = 0.0
+    out: str | None = None
+    cache_dir: str | None = None
+    limit: int | None = None  # rows per file
+    device: str | None = None
+    prompt_template: str | None = None
+
+    def sampling(self):
+        from verl.workers.rollout.base import SamplingParams
+
+        if self.greedy:
+            return SamplingParams(greedy=True, temperature=0.0)
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
+
+    def router_config(self, max_turns: int | None = None):
+        from router_r1.rollout.manager import RouterConfig
+
+        return RouterConfig(max_turns=self.max_turns if max_turns is None else max_turns,
+                            max_obs_length=self.max_obs_length, response_length=self.response_length,
+                            max_response_length=self.max_response_length, schedule=self.schedule)
+
+
+def fit_context(prompts: list[list[int]], wheres: list[str], policy: Policy, rcfg, log=print):
+    """Cap the response budget to the model's context window; a prompt that does not fit is an error."""
+    if policy.max_positions is None:
+        return rcfg
+    longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
+    room = policy.max_positions - len(prompts[longest])
+    if room < 1:
+        raise EvalError(f"{wheres[longest]}: prompt of {len(prompts[longest])} tokens does not fit the "
+                        f"checkpoint's context window ({policy.max_positions} positions)")
+    if room < rcfg.max_response_length:
+        log(f"note: response budget capped at {room} tokens to fit the {policy.max_positions}-position context")
+        rcfg = replace(rcfg, max_response_length=room)
+    return rcfg
+
+
+def router_episodes(prompts: list[list[int]], policy: Policy, pool: Pool, rcfg, sampling,
+                    batch_size: int) -> list[dict]:
+    """The training rollout (validation mode) over all prompts, batch by batch."""
+    from router_r1.rollout.manager import RouterEnv
+    from verl.trainer.dataset import PromptRow
+
+    env = RouterEnv(rcfg, policy.tokenizer, pool.registry, pool.client, RewardConfig())
+    generate = seeded(policy.generate)
+    episodes = []
+    for idx in eval_batches(len(prompts), batch_size):
+        result = env.rollout([PromptRow(prompts[i], str(i), {}) for i in idx], generate, sampling, validate=True)
+        for j in range(len(idx)):
+            ep = {k: result.info[k][j] for k in EPISODE_KEYS}
+            ep["policy_tokens"] = int(sum(result.response_mask[j]))
+            episodes.append(ep)
+    return episodes
+
+
+def score(records: list[dict], registry: ModelRegistry, alpha: float) -> None:
+    """Add EM, F1, format, answer, cost reward and reward to each record (the training reward)."""
+    costs = [float(r["cost_usd"]) for r in records]
+    # The run's own window: every trajectory's cost, read once (see the module docstring).
+    norm = CostNormalizer(window=max(1, len(costs)))
+    norm.load_state_dict({"window": norm.window, "low_pct": norm.low_pct, "high_pct": norm.high_pct,
+                          "history": [math.sqrt(c) for c in costs]})
+    scores, per = compute_scores([r["text"] for r in records], [r["golds"] for r in records], costs,
+                                 [r["route_count"] for r in records], registry, norm, RewardConfig(alpha=alpha))
+    for r, s, m in zip(records, scores, per):
+        r.update(answer=extract_answer(r["text"]), em=m["em"], f1=m["f1"], format_ok=bool(m["format_ok"]),
+                 format_reason=m["format_reason"], cost_reward=m["cost_reward"], reward=float(s))
+
+
+def records_of(label: str, rows: list[EvalRow], episodes: list[dict]) -> list[dict]:
+    out = []
+    for row, ep in zip(rows, episodes):
+        called = list(dict.fromkeys(t["model"] for t in ep["turns"] if "ok" in t))  # calls made, failed or not
+        out.append({"run": label, "uid": row.uid, "data_source": row.source, "question": row.question,
+                    "golds": row.golds, "models_called": called, **ep})
+    return out
+
+
+@dataclass
+class Run:
+    label: str
+    kind: str  # router | direct | prompt-llm | largest | single
+    checkpoint: str | None = None
+    model: str | None = None
+
+
+def plan_runs(cfg: EvalConfig, baselines: list[Baseline]) -> list[Run]:
+    """Per checkpoint its router run and policy baselines (one model in memory at a time), then pool-only ones."""
+    labels = _labels(cfg.checkpoints)
+    needs = [b for b in baselines if b.needs_policy]
+    if needs and not cfg.checkpoints:
+        raise EvalError(f"--baseline {needs[0].label} needs a policy: pass --checkpoint")
+    runs = []
+    for c in cfg.checkpoints:
+        runs += [] if cfg.skip_router else [Run(labels[c], "router", c)]
+        at = f"@{labels[c]}" if len(cfg.checkpoints) > 1 else ""
+        runs += [Run(b.label + at, b.kind, c) for b in needs]
+    runs += [Run(b.label, b.kind, model=b.model) for b in baselines if not b.needs_policy]
+    if not runs:
+        raise EvalError("nothing to evaluate: pass --checkpoint and/or --baseline")
+    return runs
+
+
+def _labels(checkpoints: list[str]) -> dict[str, str]:
+    """Short run names: the checkpoint dir's name (its parent's for a generic 'hf' / 'actor'), made unique."""
+    out: dict[str, str] = {}
+    for c in checkpoints:
+        p = Path(c).resolve()
+        name = p.parent.name if p.name in ("hf", "actor", "huggingface") else p.name
+        label, k = name, 2
+        while label in out.values():
+            label, k = f"{name}#{k}", k + 1
+        out[c] = label
+    return out
+
+
+def _rollout_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, cfg: EvalConfig, log) -> list[dict]:
+    """router: the rows' own prompts; direct: prompts rebuilt with a zero turn budget, no route executed."""
+    if run.kind == "direct":
+        messages = [direct_messages(q, pool.registry, policy.template) for q in questions_of(rows, run.label)]
+        rcfg = cfg.router_config(max_turns=DIRECT_MAX_TURNS)
+    else:
+        messages, rcfg = [r.messages for r in rows], cfg.router_config()
+    prompts = [tokenize_prompt(policy.tokenizer, m) for m in messages]
+    rcfg = fit_context(prompts, [r.where for r in rows], policy, rcfg, log)
+    return router_episodes(prompts, policy, pool, rcfg, cfg.sampling(), cfg.batch_size)
+
+
+def _prompt_llm_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, cfg: EvalConfig, log) -> list[dict]:
+    questions = questions_of(rows, run.label)
+    prompts = [tokenize_prompt(policy.tokenizer, r.messages) for r in rows]
+    rcfg = fit_context(prompts, [r.where for r in rows], policy, cfg.router_config(), log)
+    sampling = replace(cfg.sampling(), stop=tuple(STOP_STRINGS), max_new_tokens=rcfg.response_length)
+    generate = seeded(policy.generate)
+    episodes = []
+    for idx in eval_batches(len(rows), cfg.batch_size):
+        episodes += prompt_llm_episodes([prompts[i] for i in idx], [questions[i] for i in idx], generate, sampling,
+                                        policy.tokenizer, pool.registry, pool.client, cfg.max_obs_length)
+    return episodes
+
+
+def run_one(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy | None, cfg: EvalConfig,
+            log=print) -> list[dict]:
+    """The scored trajectory records of one run."""
+    if run.kind in ("largest", "single"):
+        check_endpoints([pool.full[run.model]])  # an unseen model may sit elsewhere
+        episodes = single_model_episodes(pool.client, run.model, questions_of(rows, run.label), cfg.batch_size,
+                                         cfg.max_obs_length)
+        registry = pool.full  # the model may be one the router is not offered
+    elif run.kind == "prompt-llm":
+        episodes, registry = _prompt_llm_run(run, rows, pool, policy, cfg, log), pool.registry
+    else:
+        episodes, registry = _rollout_run(run, rows, pool, policy, cfg, log), pool.registry
+    records = records_of(run.label, rows, episodes)
+    score(records, registry, cfg.alpha)
+    return records
+
+
+def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=print) -> dict:
+    """Run every planned run, write the outputs, return the summary. `load(checkpoint)` gives a Policy."""
+    if cfg.batch_size < 1:
+        raise EvalError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    if cfg.limit is not None and cfg.limit < 1:
+        raise EvalError(f"--limit must be >= 1, got {cfg.limit}")
+    if not cfg.greedy and not cfg.temperature > 0:
+        raise EvalError(f"--temperature must be > 0 for sampling, got {cfg.temperature} (use --greedy)")
+    load = load or (lambda c: load_policy(c, cfg.device, cfg.prompt_template))
+    files = find_data_files(cfg.data)
+    rows = load_rows(files, cfg.limit)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    out_dir = Path(cfg.out or Path("outputs") / "eval" / time.strftime("%Y%m%d-%H%M%S"))
+    with open_pool(cfg.pool, pool_url=cfg.pool_url, sim=cfg.sim, sim_seed=cfg.sim_seed,
+                   sim_latency=cfg.sim_latency, include_unseen=cfg.include_unseen, cache_dir=cfg.cache_dir) as pool:
+        runs = plan_runs(cfg, parse_baselines(cfg.baselines, pool.full, pool.registry))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "trajectories.jsonl").write_text("")
+        summaries, loaded = [], (None, None)
+        for run in runs:
+            if run.checkpoint is not None and loaded[0] != run.checkpoint:
+                loaded = (None, None)  # drop the last model before loading the next
+                loaded = (run.checkpoint, load(run.checkpoint))
+            t0 = time.monotonic()
+            records = run_one(run, rows, pool, loaded[1], cfg, log)
+            wall = time.monotonic() - t0
+            models = pool.registry.names + [m for m in [run.model] if m and m not in pool.registry.names]
+            summaries.append({"label": run.label, "kind": run.kind, "checkpoint": run.checkpoint,
+                              "model": run.model, "wall_s": wall, **report.summarize(records, models)})
+            report.write_jsonl(out_dir / "trajectories.jsonl", records, append=True)  # kept if a later run fails
+            log(f"{run.label}: {len(records)} questions in {wall:.1f}s, EM {summaries[-1]['overall']['em']:.3f}")
+        where = pool.where
+    summary = {"created": started, "data": [str(p) for p in files], "pool": where,
+               "config": asdict(cfg), "notes": NOTES, "runs": summaries}
+    report.write_json(out_dir / "summary.json", summary)
+    report.plot_pareto(summaries, out_dir / "pareto.png")
+    log(report.format_table(summaries))
+    log(f"wrote {out_dir / 'summary.json'}, {out_dir / 'trajectories.jsonl'}, {out_dir / 'pareto.png'}")
+    summary["out_dir"] = str(out_dir)
+    return summary
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+def quiet_transformers() -> None:
+    """No progress bars or load reports from transformers on the console."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def parse_args(argv: list[str] | None = None) -> EvalConfig:
+    p = argparse.ArgumentParser(prog="python -m router_r1.eval.evaluate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", action="append", default=[], metavar="DIR",
+                   help="HF model dir (repeatable: one run each, e.g. an alpha sweep)")
+    p.add_argument("--data", nargs="+", required=True, metavar="FILE_OR_GLOB",
+                   help="test parquet files, globs, or dirs (DIR/test*.parquet)")
+    p.add_argument("--pool", default=None, help="pool yaml (default: the simulated pool, served in-process)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--pool-url", default=None, help="endpoint for every model of the yaml")
+    src.add_argument("--sim", action="store_true", help="serve the pool yaml's sim profiles in-process")
+    p.add_argument("--sim-seed", type=int, default=0, help="sim world seed (must match the data's)")
+    p.add_argument("--sim-latency", type=float, default=0.0, help="sim latency scale (0: answer at once)")
+    p.add_argument("--include-unseen", action="store_true", help="the router may call models marked unseen")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
+    mode.add_argument("--temperature", type=float, default=None, help="sample at this temperature")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-turns", type=int, default=4)
+    p.add_argument("--max-obs-length", type=int, default=600)
+    p.add_argument("--response-length", type=int, default=1024, help="tokens per generated turn")
+    p.add_argument("--max-response-length", type=int, default=4096, help="tokens of all turns and observations")
+    p.add_argument("--schedule", choices=("sync", "overlap"), default="sync")
+    p.add_argument("--alpha", type=float, default=0.0, help="cost coefficient of the reward column")
+    p.add_argument("--baseline", action="append", default=[],
+                   help="direct | largest:NAME | prompt-llm | single:NAME | all-singles (repeatable)")
+    p.add_argument("--skip-router", action="store_true", help="run only the baselines")
+    p.add_argument("--out", default=None, help="output dir (default outputs/eval/<time>)")
+    p.add_argument("--cache-dir", default=None, help="pool reply cache (re-runs cost the same, call nothing)")
+    p.add_argument("--limit", type=int, default=None, help="first N rows of each file")
+    p.add_argument("--device", default=None, help="torch device (default cuda if available)")
+    p.add_argument("--prompt-template", default=None,
+                   help=f"template for prompts built here (direct); default: the checkpoint's {TEMPLATE_FILE}")
+    a = p.parse_args(argv)
+    return EvalConfig(
+        data=a.data, checkpoints=a.checkpoint, baselines=a.baseline, skip_router=a.skip_router, pool=a.pool,
+        pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed, sim_latency=a.sim_latency,
+        include_unseen=a.include_unseen, greedy=a.temperature is None, temperature=a.temperature or 0.0,
+        top_p=a.top_p, seed=a.seed, batch_size=a.batch_size, max_turns=a.max_turns,
+        max_obs_length=a.max_obs_length, response_length=a.response_length,
+        max_response_length=a.max_response_length, schedule=a.schedule, alpha=a.alpha, out=a.out,
+        cache_dir=a.cache_dir, limit=a.limit, device=a.device, prompt_template=a.prompt_template)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    try:
+        for c in cfg.checkpoints:  # before any model import or pool start
+            check_checkpoint(c)
+        evaluate(cfg, load=lambda c: quiet_transformers() or load_policy(c, cfg.device, cfg.prompt_template))
+    except USER_ERRORS as e:
+        print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Evaluate router checkpoints (and baselines) on test sets: EM with a 95% bootstrap CI, F1,
+# format rate, cost, pool calls and model shares per data source; writes summary.json,
+# trajectories.jsonl and pareto.png (EM against cost) and prints a table.
+#
+#   bash test.sh                                    # the embedded checkpoint on its sim test set
+#   bash test.sh --baseline all-singles             # ... beside every pool model alone
+#   bash test.sh --checkpoint DIR --data 'data/router_r1/test_*.parquet' \
+#                --pool configs/pool/paper.yaml --pool-url http://HOST:8000/v1
+#   bash test.sh --checkpoint A1 --checkpoint A2 --alpha 0.9   # several checkpoints: one plot
+#
+# Every argument goes to `python -m router_r1.eval.evaluate` (--help lists them all).
+# --checkpoint and --data default to the embedded default's (ROUTER_CKPT, ROUTER_TEST_DATA
+# override them; the data is the first of DATA_CANDIDATES that exists). Without --pool the
+# simulated pool is served in-process. Greedy unless --temperature T [--seed S] is given.
+# PYTHON picks the interpreter.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python}
+CKPT=${ROUTER_CKPT:-outputs/embedded/hf}
+# The embedded default's simulated test set: the first of these that exists.
+DATA_CANDIDATES=(outputs/embedded/data/test.parquet data/embedded/test.parquet data/sim/test.parquet)
+DATA=${ROUTER_TEST_DATA:-}
+if [[ -z $DATA ]]; then
+  for f in "${DATA_CANDIDATES[@]}"; do [[ -e $f ]] && { DATA=$f; break; }; done
+  DATA=${DATA:-${DATA_CANDIDATES[0]}}
+fi
+
+given() {  # is option $1 among the arguments?
+  local a
+  for a in "${ARGS[@]}"; do [[ $a == "$1" || $a == "$1="* ]] && return 0; done
+  return 1
+}
+
+ARGS=("$@")
+DEFAULTS=()
+if ! given --checkpoint && ! given --skip-router; then
+  DEFAULTS+=(--checkpoint "$CKPT")
+fi
+if ! given --data; then
+  if [[ ! -e $DATA ]]; then
+    echo "error: no test data at $DATA; run bash train.sh first or pass --data" >&2
+    exit 2
+  fi
+  DEFAULTS+=(--data "$DATA")
+fi
+
+exec "$PYTHON" -m router_r1.eval.evaluate "${DEFAULTS[@]}" "$@"
