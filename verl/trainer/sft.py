@@ -21,11 +21,18 @@ Flags:
   --warmup-ratio R     warmup steps as a share of all steps
   --batch-size B       sequences per step (sorted by length into buckets to limit padding)
   --max-length L       longest allowed sequence in tokens; a longer row is an error naming it
+  --context-loss-weight W  add W x the next-token loss on prompt and environment tokens (default 0:
+                       policy tokens only). A model trained from scratch needs it (W=1) to learn to
+                       copy names within a few hundred steps; RL never trains those tokens.
   --weight-decay, --grad-clip, --seed, --device (auto|cpu|cuda), --log-every
+
+The embedded default (a 2-layer model from scratch, 2,000 oracle trajectories, 2 CPU cores):
+  --epochs 6 --lr 5e-3 --batch-size 16 --context-loss-weight 1.0   (750 steps, ~2.5 minutes)
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -62,6 +69,7 @@ class SFTConfig:
     seed: int = 0
     device: str = "auto"
     log_every: int = 10
+    context_loss_weight: float = 0.0  # auxiliary next-token loss on prompt + environment tokens
 
 
 @dataclass
@@ -175,14 +183,44 @@ def collate(examples: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.T
     return ids, attn, loss_mask
 
 
+def token_nll(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """nll[:, t] = -log p(ids[:, t] | ids[:, :t]); position 0 has no prediction and gets 0."""
+    batch, seq, vocab = logits.shape
+    # Predict every position from the one before; the last logit predicts nothing. Working
+    # on the full contiguous logits avoids copying the largest tensor of the step.
+    target = torch.cat([ids[:, 1:], ids[:, :1]], dim=1)  # (batch, seq); the wrapped last column is masked
+    nll = F.cross_entropy(logits.reshape(-1, vocab).float(), target.reshape(-1), reduction="none")
+    nll = nll.view(batch, seq)[:, :-1]  # (batch, seq-1): nll of ids[:, 1:]
+    return F.pad(nll, (1, 0))  # (batch, seq)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
 def masked_lm_loss(logits: torch.Tensor, ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-    """Token-mean cross-entropy of predicting ids[:, t] from position t-1, over loss_mask == 1."""
-    logp_target = -F.cross_entropy(logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")  # (batch, seq-1)
-    mask = loss_mask[:, 1:]  # (batch, seq-1)
-    return -(logp_target * mask).sum() / mask.sum().clamp(min=1.0)
+    """Token-mean cross-entropy of the tokens with loss_mask == 1 (each predicted from the ones before)."""
+    return masked_mean(token_nll(logits, ids), loss_mask)
 
 
 # ---------------------------------------------------------------------------- model
+
+@torch.no_grad()
+def evaluate_loss(model, examples: list[Example], pad_id: int, batch_size: int = 16) -> float:
+    """Token-mean policy-token loss of `model` over `examples` (no update)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0.0
+    for start in range(0, len(examples), batch_size):
+        ids, attn, loss_mask = (t.to(device) for t in collate(examples[start:start + batch_size], pad_id))
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, seq, vocab)
+        n = float(loss_mask[:, 1:].sum())
+        total += float(masked_lm_loss(logits, ids, loss_mask)) * n
+        count += n
+    model.train(was_training)
+    return total / max(count, 1.0)
+
 
 def parse_model_spec(spec: str):
     """A dict from a JSON file or inline JSON; anything else is an HF directory / hub id."""
@@ -224,15 +262,52 @@ def lr_at(step: int, total: int, warmup: int, lr: float, min_ratio: float) -> fl
 
 # ---------------------------------------------------------------------------- training
 
-def train(cfg: SFTConfig) -> dict:
-    """Run SFT and save the model + tokenizer under cfg.out; returns a summary."""
-    from tqdm import tqdm
+def keep_freed_memory() -> None:
+    """Let glibc keep freed large blocks instead of unmapping them (no-op elsewhere).
+
+    Every step frees and re-allocates the same large tensors (logits and their grads); by
+    default glibc returns them to the OS and page-faults them back in, which cost about a
+    third of the step time on CPU here.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.mallopt(-4, 0)  # M_MMAP_MAX = 0: large blocks come from the heap, not from mmap
+    libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of free heap
+
+
+def make_optimizer(model, cfg: SFTConfig) -> torch.optim.Optimizer:
+    """AdamW; no weight decay on norms and biases."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # The fused kernel: ~50x faster than the default one on CPU for a model this small (measured).
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=True)
+
+
+def batch_losses(model, ids, attn, loss_mask, context_weight: float, amp) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(policy loss, context loss or None) of one right-padded batch."""
+    with amp:
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, seq, vocab)
+    nll = token_nll(logits, ids)  # (batch, seq)
+    loss = masked_mean(nll, loss_mask)
+    if context_weight <= 0:
+        return loss, None
+    # Prompt and environment text repeat names across the sequence (question -> route,
+    # reply -> answer): predicting it trains the copying the policy needs far sooner than
+    # policy tokens alone. Those tokens are never trained in RL, so nothing is lost there.
+    context_mask = attn.float() - loss_mask  # (batch, seq)
+    context_mask[:, 0] = 0.0  # the first token has no prediction
+    return loss, masked_mean(nll, context_mask)
+
+
+def load_for_training(cfg: SFTConfig, device: torch.device):
+    """(tokenizer, examples, model) for cfg: the model is random-init from a config or loaded."""
     from transformers import AutoTokenizer
 
     from verl.workers.model_loader import load_model
 
-    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if cfg.device == "auto" else cfg.device))
     spec = parse_model_spec(cfg.model)
     tok_src = cfg.tokenizer or (spec if isinstance(spec, str) else None)
     if tok_src is None:
@@ -241,14 +316,21 @@ def train(cfg: SFTConfig) -> dict:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     examples = tokenize_rows(tokenizer, load_rows(cfg.data), cfg.max_length, str(cfg.data))
-    model = load_model(fill_spec(spec, tokenizer), dtype=torch.float32, role="actor", seed=cfg.seed).to(device)
-    model.train()
-    n_params = sum(p.numel() for p in model.parameters())
+    model = load_model(fill_spec(spec, tokenizer), dtype=torch.float32, role="actor", seed=cfg.seed)
+    return tokenizer, examples, model.to(device)
 
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+def train(cfg: SFTConfig) -> dict:
+    """Run SFT and save the model + tokenizer under cfg.out; returns a summary."""
+    from tqdm import tqdm
+
+    auto = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = auto if cfg.device == "auto" else torch.device(cfg.device)
+    if device.type == "cpu":
+        keep_freed_memory()
+    tokenizer, examples, model = load_for_training(cfg, device)
+    model.train()
+    opt = make_optimizer(model, cfg)
     per_epoch = math.ceil(len(examples) / cfg.batch_size)
     total = per_epoch * cfg.epochs if cfg.max_steps is None else min(cfg.max_steps, per_epoch * cfg.epochs)
     warmup = int(cfg.warmup_ratio * total)
@@ -262,20 +344,17 @@ def train(cfg: SFTConfig) -> dict:
     step, tokens, t0, stopped = 0, 0, time.perf_counter(), "done"
     first_loss, last_losses = None, []
     bar = tqdm(total=total, desc="sft", unit="step", file=sys.stdout, disable=None)
-    for epoch in range(cfg.epochs):
+    while step < total and stopped == "done":
+        epoch = step // per_epoch
         for batch_idx in length_batches(lengths, cfg.batch_size, cfg.seed, epoch):
-            if step >= total:
-                break
             ids, attn, loss_mask = (t.to(device) for t in collate([examples[i] for i in batch_idx],
                                                                    tokenizer.pad_token_id))
             lr = lr_at(step, total, warmup, cfg.lr, cfg.min_lr_ratio)
             for group in opt.param_groups:
                 group["lr"] = lr
-            with amp:
-                logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, seq, vocab)
-            loss = masked_lm_loss(logits, ids, loss_mask)
+            loss, context_loss = batch_losses(model, ids, attn, loss_mask, cfg.context_loss_weight, amp)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss if context_loss is None else loss + cfg.context_loss_weight * context_loss).backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
             step += 1
@@ -288,21 +367,22 @@ def train(cfg: SFTConfig) -> dict:
             bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{tokens / elapsed:.0f}")
             if step % cfg.log_every == 0 or step == total:
                 with open(metrics_path, "a") as f:
-                    f.write(json.dumps({"step": step, "epoch": epoch, "loss": value, "lr": lr,
-                                        "grad_norm": float(grad_norm), "tokens": tokens,
-                                        "tokens_per_s": tokens / elapsed, "elapsed_s": elapsed}) + "\n")
+                    f.write(json.dumps({
+                        "step": step, "epoch": epoch, "loss": value, "lr": lr, "grad_norm": float(grad_norm),
+                        "context_loss": None if context_loss is None else context_loss.item(),
+                        "tokens": tokens, "tokens_per_s": tokens / elapsed, "elapsed_s": elapsed}) + "\n")
             if cfg.time_limit_s is not None and elapsed > cfg.time_limit_s:
                 stopped = f"time limit {cfg.time_limit_s:g}s"
+            if step >= total or stopped != "done":
                 break
-        if step >= total or stopped != "done":
-            break
     bar.close()
     elapsed = time.perf_counter() - t0
 
     model.eval()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    summary = {"steps": step, "planned_steps": total, "examples": len(examples), "params": n_params,
+    summary = {"steps": step, "planned_steps": total, "examples": len(examples),
+               "params": sum(p.numel() for p in model.parameters()),
                "first_loss": first_loss, "final_loss": sum(last_losses) / max(1, len(last_losses)),
                "tokens": tokens, "tokens_per_s": tokens / max(elapsed, 1e-9), "train_s": elapsed,
                "stopped": stopped, "device": str(device), "config": asdict(cfg)}
@@ -330,6 +410,7 @@ def parse_args(argv: list[str] | None = None) -> SFTConfig:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--context-loss-weight", type=float, default=0.0)
     cfg = SFTConfig(**vars(p.parse_args(argv)))
     for name in ("epochs", "batch_size", "max_length", "log_every"):
         if getattr(cfg, name) < 1:

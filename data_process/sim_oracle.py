@@ -1,0 +1,311 @@
+"""Noisy oracle trajectories on the simulated world: the supervised warm start of the embedded router.
+
+    python -m data_process.sim_oracle --out-dir data/embedded --n 2000 --noise 0.3 --report
+
+For each hop the oracle thinks briefly and routes the hop's sub-question to the cheapest
+model that is reliable on the hop's domain; the reply is the REAL simulated reply (the
+server's experts, same world seed) wrapped exactly as the rollout wraps it. The second
+hop asks about the entity the first reply gave, right or wrong. With probability
+`noise` a trajectory is suboptimal (an expensive generalist, a cheap non-specialist, a
+guess, or the whole question at once), so RL has something to improve.
+
+Writes OUT/oracle.parquet (prompt, response_text, segments, answers, ...), the prompt
+template it used (OUT/prompt_template.txt: give it to sim_qa so RL sees the same
+prompts), and unless --no-tokenizer the BPE tokenizer (OUT/tokenizer) and the policy
+config (OUT/model.json) of the embedded default.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
+from data_process.schema import DataBuildError
+from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
+from router_r1.pool.sim_backend import SimBackend
+from router_r1.pool.sim_world import DOMAINS, RELATIONS, SimQuestion, SimWorld
+from router_r1.prompts import TemplateError, submodel_messages
+from router_r1.protocol import format_observation, render_route
+from router_r1.reward.format import check_format
+from router_r1.reward.qa_em import em_score
+
+DEFAULT_POOL = REPO_ROOT / "configs" / "pool" / "sim.yaml"
+RELIABLE = 0.9  # a model is the specialist of a domain from this accuracy on
+NOISE_MODES = ("generalist", "cheap_other", "guess", "whole")
+NO_ANSWER = "unknown"
+# Replies that carry no answer up front (see sim_backend: "I don't know ...", CANT_TELL, ...).
+_NO_ANSWER_MARKS = ("i don't know", "i'm sorry", "i know of")
+_UNBOUNDED = 10**9  # the oracle never cuts a reply; the rollout's max_obs_length must be above the longest
+
+
+@dataclass
+class OracleConfig:
+    out_dir: str | Path
+    n: int = 2000
+    noise: float = 0.3
+    seed: int = 0  # question draw and noise
+    world_seed: int = 0  # must equal the simulated pool's seed
+    pool: str | Path = DEFAULT_POOL
+    prompt_template: str | Path | None = None  # None: the compact template with the compact pool text
+    two_hop_frac: float = 0.4
+    max_routes: int = 3
+    report: bool = False
+    tokenizer: bool = True
+    vocab_size: int = 1024
+
+
+@dataclass
+class Trajectory:
+    segments: list[dict] = field(default_factory=list)  # {text, by_policy}
+    routes: list[tuple[str, str]] = field(default_factory=list)  # (model, query)
+    answer: str = NO_ANSWER
+    cost_usd: float = 0.0
+    replies: list[str] = field(default_factory=list)
+
+    def say(self, text: str) -> None:
+        self.segments.append({"text": text, "by_policy": True})
+
+    @property
+    def text(self) -> str:
+        return "".join(s["text"] for s in self.segments)
+
+
+def reply_answer(reply: str) -> str | None:
+    """The answer an expert put first ("Sazom. The ... is Sazom."), or None if it gave none."""
+    low = reply.lower()
+    if any(m in low for m in _NO_ANSWER_MARKS) or not reply.strip():
+        return None
+    head = reply.split(". ", 1)[0].strip().rstrip(".").strip()
+    return head or None
+
+
+class Oracle:
+    """Routes hops to the cheapest reliable model, with the noise modes of NOISE_MODES."""
+
+    def __init__(self, backend: SimBackend, registry: ModelRegistry, max_routes: int = 3):
+        self.backend, self.registry, self.max_routes = backend, registry, max_routes
+        self.world: SimWorld = backend.world
+        self.models = list(registry.models.values())
+        for spec in self.models:
+            if spec.api_id not in backend.experts:
+                raise DataBuildError(f"{registry.source}: model {spec.name!r} (api_id {spec.api_id!r}) "
+                                     "has no simulated expert")
+        self.acc = {s.name: backend.experts[s.api_id].profile.accuracy for s in self.models}
+        self.specialist = {}
+        for d in DOMAINS:
+            reliable = [s for s in self.models if self.acc[s.name][d] >= RELIABLE]
+            if not reliable:
+                raise DataBuildError(f"{registry.source}: no model is reliable (>= {RELIABLE}) on {d!r}")
+            self.specialist[d] = min(reliable, key=lambda s: s.price_out_per_m)
+        self.generalists = [s for s in self.models if min(self.acc[s.name].values()) >= 0.75]
+        if not self.generalists:
+            raise DataBuildError(f"{registry.source}: no generalist model (accuracy >= 0.75 on every domain)")
+
+    def best(self, domain: str, exclude: set[str]) -> ModelSpec | None:
+        left = [s for s in self.models if s.name not in exclude]
+        return max(left, key=lambda s: (self.acc[s.name][domain], -s.price_out_per_m)) if left else None
+
+    def ask(self, traj: Trajectory, think: str, spec: ModelSpec, query: str) -> str | None:
+        """One turn that routes: think + route by the policy, then the real reply as an observation."""
+        traj.say(f"<think>{think}</think>{render_route(spec.name, query)}")
+        text, pt, ct = self.backend.respond(spec.api_id, submodel_messages(query), spec.max_tokens)
+        traj.segments.append({"text": format_observation(text, _UNBOUNDED), "by_policy": False})
+        traj.routes.append((spec.name, query))
+        traj.replies.append(text)
+        traj.cost_usd += spec.cost(pt, ct)
+        return reply_answer(text)
+
+    def ask_hop(self, traj: Trajectory, think: str, spec: ModelSpec, query: str, domain: str) -> str | None:
+        """Ask, and once ask the most reliable other model if the reply holds no answer."""
+        got = self.ask(traj, think, spec, query)
+        if got is None and len(traj.routes) < self.max_routes:
+            other = self.best(domain, {spec.name})
+            got = self.ask(traj, f"No answer. Ask {other.name}.", other, query)
+        return got
+
+    def run(self, q: SimQuestion, mode: str, rng: random.Random) -> Trajectory:
+        """One trajectory for `q`; mode is "oracle" or one of NOISE_MODES."""
+        traj = Trajectory()
+        if mode == "guess":
+            pool = self.world.by_type[RELATIONS[q.hops[-1].relation].obj]
+            traj.answer = rng.choice(pool)
+            traj.say(f"<think>I will guess.</think><answer>{traj.answer}</answer>")
+            return traj
+        if mode == "whole":
+            spec = rng.choice(self.models)
+            got = self.ask_hop(traj, f"Ask {spec.name} the whole question.", spec, q.question, q.hops[-1].domain)
+            return self._finish(traj, got)
+        generalist = rng.choice(self.generalists)
+        odd_hop = rng.randrange(len(q.hops))
+        got = None
+        for i, hop in enumerate(q.hops):
+            spec = self.specialist[hop.domain]
+            if mode == "generalist":
+                spec = generalist
+            elif mode == "cheap_other" and i == odd_hop:
+                cheap = [s for s in self.models if s not in self.generalists and s is not spec]
+                spec = rng.choice(cheap) if cheap else spec
+            query, think = hop.sub_question, f"A {hop.domain} fact. Ask {spec.name}."
+            if i > 0:
+                query = hop.sub_question.replace(hop.subject, got)  # follow the first reply, right or wrong
+                think = f"Got {got}. " + think
+            got = self.ask_hop(traj, think, spec, query, hop.domain)
+            if got is None:  # no entity to continue with
+                break
+        return self._finish(traj, got)
+
+    def _finish(self, traj: Trajectory, got: str | None) -> Trajectory:
+        traj.answer = got if got is not None else NO_ANSWER
+        think = "Answer found." if got is not None else "No answer found."
+        traj.say(f"<think>{think}</think><answer>{traj.answer}</answer>")
+        return traj
+
+
+def pick_mode(q: SimQuestion, noise: float, rng: random.Random) -> str:
+    if rng.random() >= noise:
+        return "oracle"
+    modes = [m for m in NOISE_MODES if m != "whole" or len(q.hops) > 1]
+    return rng.choice(modes)
+
+
+def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict], list[str]]:
+    """Oracle rows, and extra tokenizer text (every model's reply to a sample of sub-questions)."""
+    if not 0.0 <= cfg.noise <= 1.0:
+        raise ValueError(f"--noise must be in [0, 1], got {cfg.noise}")
+    if cfg.max_routes < 2:
+        raise ValueError(f"--max-routes must be >= 2 (two hops), got {cfg.max_routes}")
+    registry = ModelRegistry.from_yaml(cfg.pool).seen()
+    backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0)
+    oracle = Oracle(backend, registry, cfg.max_routes)
+    prompter = make_prompter(cfg.pool, False, template_path, None)  # the builder sim_qa uses
+    questions = backend.world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
+    rng = random.Random(cfg.seed)
+    rows, counts = [], {}
+    for q in questions:
+        source = "sim_1hop" if len(q.hops) == 1 else "sim_2hop"
+        index = counts[source] = counts.get(source, -1) + 1
+        mode = pick_mode(q, cfg.noise, rng)
+        traj = oracle.run(q, mode, rng)
+        ok, why = check_format(traj.text, registry)
+        if not ok:  # a bug in the oracle, never in the data
+            raise DataBuildError(f"oracle trajectory for {q.uid} breaks the format ({why}): {traj.text!r}")
+        rows.append({
+            "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompter(q.question),
+            "response_text": traj.text, "segments": traj.segments, "answers": list(q.answers),
+            "question": q.question, "domain": q.domain, "mode": mode, "routes": len(traj.routes),
+            "route_models": [m for m, _ in traj.routes], "cost_usd": traj.cost_usd,
+            "em": em_score(traj.answer, q.answers),
+        })
+    # Replies of every pool model (unseen too) so the BPE also knows their wording.
+    extra = []
+    everyone = ModelRegistry.from_yaml(cfg.pool)
+    for q in questions[:200]:
+        for spec in everyone.models.values():
+            extra.append(backend.respond(spec.api_id, submodel_messages(q.hops[0].sub_question), spec.max_tokens)[0])
+    return rows, extra
+
+
+def chat_text(messages: list[dict]) -> str:
+    """The messages as the ChatML template renders them (so role words get merges too)."""
+    from verl.utils.tiny import EOS, IM_START
+
+    turns = "".join(f"{IM_START}{m['role']}\n{m['content']}{EOS}\n" for m in messages)
+    return f"{turns}{IM_START}assistant\n"
+
+
+def report(rows: list[dict], tokenizer=None) -> str:
+    """Summary: EM, routes and cost overall and per mode; token lengths if a tokenizer is given."""
+    def line(name, rs):
+        n = len(rs)
+        return (f"{name:<12} n={n:<5} em={sum(r['em'] for r in rs) / n:.3f} "
+                f"routes={sum(r['routes'] for r in rs) / n:.2f} "
+                f"cost={1e6 * sum(r['cost_usd'] for r in rs) / n:.2f}e-6 USD")
+    out = [line("all", rows)]
+    for mode in ("oracle", *NOISE_MODES):
+        rs = [r for r in rows if r["mode"] == mode]
+        if rs:
+            out.append(line(mode, rs))
+    if tokenizer is not None:
+        plen, rlen, olen = [], [], []
+        for r in rows:
+            text = tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
+            plen.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+            seg = [len(tokenizer(s["text"], add_special_tokens=False)["input_ids"]) for s in r["segments"]]
+            rlen.append(sum(seg))
+            olen += [k for k, s in zip(seg, r["segments"]) if not s["by_policy"]]
+        out.append(f"tokens: prompt mean {sum(plen) / len(plen):.0f} max {max(plen)}; response mean "
+                   f"{sum(rlen) / len(rlen):.0f} max {max(rlen)}; observation max {max(olen, default=0)} "
+                   f"(set the rollout's max_obs_length above it); vocab {len(tokenizer)}")
+    return "\n".join(out)
+
+
+def run(cfg: OracleConfig) -> dict:
+    """Write the oracle parquet (and template, tokenizer, model config); return what was written."""
+    import pandas as pd
+
+    from router_r1.embedded import build_tokenizer, render_compact_template, world_words, write_model_config
+
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    template = Path(cfg.prompt_template) if cfg.prompt_template else out / "prompt_template.txt"
+    if not cfg.prompt_template:
+        template.write_text(render_compact_template(ModelRegistry.from_yaml(cfg.pool).seen()))
+    t0 = time.perf_counter()
+    rows, extra = build_rows(cfg, template)
+    pd.DataFrame(rows).to_parquet(out / "oracle.parquet", index=False)
+    written = {"oracle": str(out / "oracle.parquet"), "template": str(template), "rows": len(rows),
+               "data_s": time.perf_counter() - t0}
+    tok = None
+    if cfg.tokenizer:
+        t1 = time.perf_counter()
+        corpus = [chat_text(r["prompt"]) for r in rows] + [r["response_text"] for r in rows] + extra
+        # Model names and the world's names as single tokens: shorter sequences, one-step copies.
+        names = ModelRegistry.from_yaml(cfg.pool).names + world_words(SimWorld(seed=cfg.world_seed))
+        tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=names)
+        write_model_config(out / "model.json", tok)
+        written.update(tokenizer=str(out / "tokenizer"), model=str(out / "model.json"),
+                       tokenizer_s=time.perf_counter() - t1)
+    if cfg.report:
+        written["report"] = report(rows, tok)
+    return written
+
+
+def parse_args(argv: list[str] | None = None) -> OracleConfig:
+    p = argparse.ArgumentParser(prog="python -m data_process.sim_oracle", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out-dir", default="data/embedded")
+    p.add_argument("--n", type=size_arg, default=2000, help="trajectories (simulated train questions)")
+    p.add_argument("--noise", type=float, default=0.3, help="probability of a suboptimal trajectory")
+    p.add_argument("--seed", type=int, default=0, help="question draw and noise seed")
+    p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
+    p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml with sim: profiles (seen models are used)")
+    p.add_argument("--prompt-template", default=None, help="template file (default: compact template + compact pool)")
+    p.add_argument("--two-hop-frac", type=float, default=0.4)
+    p.add_argument("--max-routes", type=int, default=3, help="routes per trajectory at most (two hops + one retry)")
+    p.add_argument("--report", action="store_true", help="print EM, routes, cost and token lengths")
+    p.add_argument("--no-tokenizer", dest="tokenizer", action="store_false",
+                   help="do not train OUT/tokenizer nor write OUT/model.json")
+    p.add_argument("--vocab-size", type=int, default=1024)
+    return OracleConfig(**vars(p.parse_args(argv)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    try:
+        written = run(cfg)
+    except (DataBuildError, TemplateError, RegistryError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {written['oracle']}: {written['rows']} rows ({written['data_s']:.1f}s); template {written['template']}")
+    if "tokenizer" in written:
+        print(f"wrote {written['tokenizer']} and {written['model']} ({written['tokenizer_s']:.1f}s)")
+    if "report" in written:
+        print(written["report"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Evaluate a router checkpoint on held-out simulated questions with the real rollout and pool.
+
+    python scripts/eval_embedded.py --model data/embedded/sft --n 100
+
+Greedy decoding, the multi-turn RouterEnv of the RL stage, and the simulated pool served
+over HTTP on 127.0.0.1 (a real ServerThread). Prints format_ok, EM, mean routes and mean
+cost: the numbers before (or after) PPO.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from data_process.sim_qa import SimConfig, draw_questions  # noqa: E402
+from router_r1.embedded import render_compact_template  # noqa: E402
+from router_r1.pool.client import PoolClient  # noqa: E402
+from router_r1.pool.registry import ModelRegistry  # noqa: E402
+from router_r1.pool.server import ServerThread  # noqa: E402
+from router_r1.pool.sim_backend import SimBackend  # noqa: E402
+from router_r1.prompts import build_router_prompt, load_template  # noqa: E402
+from router_r1.reward.score import RewardConfig  # noqa: E402
+from router_r1.rollout.manager import RouterConfig, RouterEnv  # noqa: E402
+from verl.trainer.dataset import PromptDataset, PromptRow  # noqa: E402
+from verl.workers.rollout.base import SamplingParams  # noqa: E402
+from verl.workers.rollout.hf_rollout import HFRollout  # noqa: E402
+
+SIM_POOL = ROOT / "configs" / "pool" / "sim.yaml"
+
+
+def question_rows(tokenizer, registry: ModelRegistry, n: int, template: str | None, world_seed: int) -> list[PromptRow]:
+    """The first n held-out test questions of sim_qa's draw, prompted with `template`."""
+    questions = draw_questions(SimConfig(out_dir=".", world_seed=world_seed, test_size=n, val_size=1,
+                                         train_size=1))["test"]
+    template = template or render_compact_template(registry)
+    rows = []
+    for q in questions:
+        text = tokenizer.apply_chat_template(build_router_prompt(q.question, registry, template),
+                                             add_generation_prompt=True, tokenize=False)
+        rows.append(PromptRow(tokenizer(text, add_special_tokens=False)["input_ids"], q.uid,
+                              {"reward_model": {"ground_truth": {"target": q.answers}}, "question": q.question,
+                               "data_source": "sim_1hop" if len(q.hops) == 1 else "sim_2hop"}))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="HF model directory (with its tokenizer unless --tokenizer)")
+    p.add_argument("--tokenizer", default=None)
+    p.add_argument("--n", type=int, default=100, help="held-out questions")
+    p.add_argument("--data", default=None, help="a sim_qa parquet (e.g. test.parquet) instead of drawing questions")
+    p.add_argument("--template", default=None, help="prompt template file (default: compact template + compact pool)")
+    p.add_argument("--pool", default=str(SIM_POOL))
+    p.add_argument("--world-seed", type=int, default=0)
+    p.add_argument("--max-turns", type=int, default=3)
+    p.add_argument("--max-obs-length", type=int, default=128)
+    p.add_argument("--response-length", type=int, default=64, help="tokens per generated turn")
+    p.add_argument("--max-response-length", type=int, default=512)
+    p.add_argument("--alpha", type=float, default=0.0, help="cost weight of the reward (scores only)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--show", type=int, default=2, help="print this many trajectories")
+    args = p.parse_args(argv)
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model)
+    backend = SimBackend.from_pool_yaml(args.pool, seed=args.world_seed, latency_scale=0.0)
+    with ServerThread(backend) as srv:
+        registry = ModelRegistry.from_yaml(args.pool, base_url=srv.url).seen()
+        if args.data:
+            rows = PromptDataset(args.data, tok, limit=args.n).rows
+        else:
+            template = load_template(args.template) if args.template else None
+            rows = question_rows(tok, registry, args.n, template, args.world_seed)
+        cfg = RouterConfig(max_turns=args.max_turns, max_obs_length=args.max_obs_length,
+                           response_length=args.response_length, max_response_length=args.max_response_length,
+                           schedule="sync")
+        with PoolClient(registry) as client:
+            env = RouterEnv(cfg, tok, registry, client, RewardConfig(alpha=args.alpha))
+            rollout = HFRollout(model, tok, max_batch_size=args.batch_size)
+            t0 = time.perf_counter()
+            result = env.rollout(rows, rollout.generate, SamplingParams(greedy=True), validate=True)
+            seconds = time.perf_counter() - t0
+            scores, m = env.score(result, rows, validate=True)
+
+    n = len(rows)
+    mean = lambda k: sum(m[k]) / n  # noqa: E731
+    calls = Counter({k[len("calls/"):]: int(sum(v)) for k, v in m.items() if k.startswith("calls/") and sum(v)})
+    print(f"n={n} format_ok={mean('format_ok'):.3f} em={mean('em'):.3f} f1={mean('f1'):.3f} "
+          f"routes={mean('route_count'):.2f} cost={1e6 * mean('cost_usd'):.2f}e-6 USD "
+          f"score={float(scores.mean()):.3f} hit_budget={mean('hit_budget'):.2f} rollout_s={seconds:.1f}")
+    print("calls: " + ", ".join(f"{k}={v}" for k, v in calls.most_common()))
+    sources = [r.fields.get("data_source", "?") for r in rows]
+    for src in sorted(set(sources)):
+        idx = [i for i, s in enumerate(sources) if s == src]
+        print(f"  {src}: n={len(idx)} em={sum(m['em'][i] for i in idx) / len(idx):.3f} "
+              f"format_ok={sum(m['format_ok'][i] for i in idx) / len(idx):.3f}")
+    for i in range(min(args.show, n)):
+        print(f"--- {rows[i].fields.get('question') or rows[i].uid}\n{result.info['text'][i]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

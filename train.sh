@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Train a router.
+#   bash train.sh                 the embedded default: a small router from scratch on CPU
+#   bash train.sh paper [k=v ...] the paper's settings (configs/router_r1.yaml)
+#   bash train.sh grpo  [k=v ...] the GRPO variant (configs/router_r1_grpo.yaml)
+# Extra key=value arguments are hydra overrides, as in veRL (trainer.total_steps=10).
+#
+# The embedded default, step by step (outputs under $OUT, default outputs/embedded):
+#   1. noisy oracle trajectories from the simulated world, the BPE tokenizer, the model config
+#   2. the simulated QA data (train/val/test parquet) with the same prompt template
+#   3. supervised warm start on the oracle trajectories (verl.trainer.sft)
+#   4. the simulated pool server on a free loopback port
+#   5. PPO against the pool, then both models evaluated on the held-out test questions
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python}
+
+case "${1:-embedded}" in
+  paper) shift; exec $PY -m verl.trainer.main_ppo --config-name router_r1 "$@" ;;
+  grpo)  shift; exec $PY -m verl.trainer.main_ppo --config-name router_r1_grpo "$@" ;;
+  embedded) [ $# -gt 0 ] && shift ;;
+  *=*) ;;  # overrides for the embedded default
+  *) echo "usage: bash train.sh [embedded|paper|grpo] [key=value ...]" >&2; exit 2 ;;
+esac
+
+OUT=${OUT:-outputs/embedded}
+N_ORACLE=${N_ORACLE:-2000}
+SFT_EPOCHS=${SFT_EPOCHS:-3}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
+mkdir -p "$OUT"
+start=$(date +%s)
+stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
+
+stage "1/5 oracle trajectories, tokenizer, model config"
+$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" --noise 0.3 --report
+
+stage "2/5 simulated QA data"
+$PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" \
+  --train-size 2000 --val-size 100 --test-size 300
+
+stage "3/5 supervised warm start"
+$PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$OUT/oracle/model.json" \
+  --tokenizer "$OUT/oracle/tokenizer" --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr 3e-3 --batch-size 32 \
+  --time-limit-s 300
+cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"  # infer.py prompts as in training
+
+stage "4/5 simulated pool server"
+LOG="$OUT/pool_server.log"
+$PY -m router_r1.pool.server --backend sim --pool configs/pool/sim.yaml --port 0 --latency-scale 0 >"$LOG" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grep -q "listening on" "$LOG" 2>/dev/null && break; sleep 0.2; done
+URL=$(grep -o "http://[^ ]*/v1" "$LOG" | head -1)
+[ -n "$URL" ] || { echo "pool server did not start; see $LOG" >&2; exit 1; }
+echo "pool at $URL"
+
+stage "5/5 PPO against the pool"
+EVAL="$PY -m router_r1.eval.evaluate --data $OUT/data/test.parquet --pool configs/pool/sim.yaml --pool-url $URL \
+  --greedy --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512"
+$PY -m verl.trainer.main_ppo --config-name embedded \
+  "data.train_files=[$OUT/data/train.parquet]" "data.val_files=[$OUT/data/val.parquet]" \
+  "model.path=$OUT/sft" "model.tokenizer=$OUT/sft" "env.pool_url=$URL" "trainer.output_dir=$OUT/ppo" "$@"
+cp "$OUT/oracle/prompt_template.txt" "$OUT/ppo/hf/prompt_template.txt"
+rm -rf "$OUT/hf" && cp -r "$OUT/ppo/hf" "$OUT/hf"  # what infer.py and test.sh load by default
+$EVAL --checkpoint "$OUT/sft" --checkpoint "$OUT/hf" --out "$OUT/eval"
+
+stage "done: metrics $OUT/ppo/metrics.jsonl, curves $OUT/ppo/curves.png, evaluation $OUT/eval"
