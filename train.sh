@@ -23,9 +23,12 @@ case "${1:-embedded}" in
   *) echo "usage: bash train.sh [embedded|paper|grpo] [key=value ...]" >&2; exit 2 ;;
 esac
 
+# Sizes (environment variables; the defaults are the embedded default, the test shrinks them)
 OUT=${OUT:-outputs/embedded}
-N_ORACLE=${N_ORACLE:-2000}
-SFT_EPOCHS=${SFT_EPOCHS:-3}
+N_ORACLE=${N_ORACLE:-2000}      # oracle trajectories for SFT
+SFT_EPOCHS=${SFT_EPOCHS:-6}
+SFT_MAX_STEPS=${SFT_MAX_STEPS:-}  # cap on SFT optimizer steps (empty: all epochs)
+EVAL_LIMIT=${EVAL_LIMIT:-}      # test questions per file in the final evaluation (empty: all 300)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 start=$(date +%s)
@@ -40,8 +43,8 @@ $PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/
 
 stage "3/5 supervised warm start"
 $PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$OUT/oracle/model.json" \
-  --tokenizer "$OUT/oracle/tokenizer" --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr 3e-3 --batch-size 32 \
-  --time-limit-s 300
+  --tokenizer "$OUT/oracle/tokenizer" --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr 5e-3 --batch-size 16 \
+  --context-loss-weight 1.0 --time-limit-s 300 ${SFT_MAX_STEPS:+--max-steps $SFT_MAX_STEPS}
 cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"  # infer.py prompts as in training
 
 stage "4/5 simulated pool server"
@@ -56,7 +59,8 @@ echo "pool at $URL"
 
 stage "5/5 PPO against the pool"
 EVAL="$PY -m router_r1.eval.evaluate --data $OUT/data/test.parquet --pool configs/pool/sim.yaml --pool-url $URL \
-  --greedy --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512"
+  --greedy --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 \
+  ${EVAL_LIMIT:+--limit $EVAL_LIMIT}"
 $PY -m verl.trainer.main_ppo --config-name embedded \
   "data.train_files=[$OUT/data/train.parquet]" "data.val_files=[$OUT/data/val.parquet]" \
   "model.path=$OUT/sft" "model.tokenizer=$OUT/sft" "env.pool_url=$URL" "trainer.output_dir=$OUT/ppo" "$@"

@@ -64,7 +64,6 @@ class Trajectory:
     routes: list[tuple[str, str]] = field(default_factory=list)  # (model, query)
     answer: str = NO_ANSWER
     cost_usd: float = 0.0
-    replies: list[str] = field(default_factory=list)
 
     def say(self, text: str) -> None:
         self.segments.append({"text": text, "by_policy": True})
@@ -115,7 +114,6 @@ class Oracle:
         text, pt, ct = self.backend.respond(spec.api_id, submodel_messages(query), spec.max_tokens)
         traj.segments.append({"text": format_observation(text, _UNBOUNDED), "by_policy": False})
         traj.routes.append((spec.name, query))
-        traj.replies.append(text)
         traj.cost_usd += spec.cost(pt, ct)
         return reply_answer(text)
 
