@@ -107,11 +107,11 @@ def build_tokenizer(out_dir: str | Path, corpus_texts: list[str], vocab_size: in
 
 def model_config(tokenizer, base: dict | None = None) -> dict:
     """EMBEDDED_MODEL (or `base`) with the tokenizer's vocabulary size and special ids."""
+    from verl.workers.model_loader import spec_for_tokenizer
+
     spec = dict(EMBEDDED_MODEL if base is None else base)
-    spec["vocab_size"] = len(tokenizer)
-    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        spec[key] = getattr(tokenizer, key)
-    return spec
+    spec.update(vocab_size=None, pad_token_id=None, bos_token_id=None, eos_token_id=None)
+    return spec_for_tokenizer(spec, tokenizer)
 
 
 def write_model_config(path: str | Path, tokenizer) -> dict:

@@ -1,6 +1,8 @@
 """Factory that the engine calls to build the routing environment (`env.factory`)."""
 from __future__ import annotations
 
+import logging
+
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.reward.score import RewardConfig
@@ -9,6 +11,9 @@ from router_r1.rollout.manager import RouterConfig, RouterEnv
 
 def make_env(env_cfg, tokenizer) -> RouterEnv:
     """Build RouterEnv from the `env` section of the trainer config (keys: see configs/router_r1.yaml)."""
+    # The HTTP stack logs every request at INFO; a rollout makes thousands.
+    for name in ("httpx", "openai"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     registry = ModelRegistry.from_yaml(env_cfg["pool"], base_url=env_cfg.get("pool_url"))
     if env_cfg.get("seen_only", True):
         registry = registry.seen()

@@ -18,14 +18,14 @@ class DataError(ValueError):
     """A data file or row that cannot be used; the message names the file and the row."""
 
 
-def _to_python(v):
+def to_python(v):
     """Parquet gives numpy arrays for list columns; turn them back into lists/dicts."""
     if isinstance(v, np.ndarray):
-        return [_to_python(x) for x in v.tolist()]
+        return [to_python(x) for x in v.tolist()]
     if isinstance(v, dict):
-        return {k: _to_python(x) for k, x in v.items()}
+        return {k: to_python(x) for k, x in v.items()}
     if isinstance(v, list):
-        return [_to_python(x) for x in v]
+        return [to_python(x) for x in v]
     return v
 
 
@@ -59,7 +59,7 @@ class PromptDataset:
             if prompt_key not in frame.columns:
                 raise DataError(f"{path}: no column {prompt_key!r} (columns: {list(frame.columns)})")
             for i, record in enumerate(frame.to_dict("records")):
-                record = {k: _to_python(v) for k, v in record.items()}
+                record = {k: to_python(v) for k, v in record.items()}
                 messages = record.pop(prompt_key)
                 if not isinstance(messages, list) or not messages or not all(
                         isinstance(m, dict) and "role" in m and "content" in m for m in messages):

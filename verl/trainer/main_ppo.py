@@ -20,20 +20,9 @@ from verl.trainer.ppo_trainer import PPOTrainer
 from verl.trainer.tracking import Tracker
 from verl.utils.tokenizer import load_tokenizer
 from verl.workers.config import ActorConfig, CriticConfig
+from verl.workers.model_loader import spec_for_tokenizer
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
-
-
-def model_spec(spec, tokenizer):
-    """A config mapping gets the tokenizer's vocabulary size and special ids; paths pass through."""
-    if not isinstance(spec, dict):
-        return spec
-    spec = dict(spec)
-    if spec.get("vocab_size") is None:
-        spec["vocab_size"] = len(tokenizer)
-    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        spec.setdefault(key, getattr(tokenizer, key))
-    return spec
 
 
 def uses(cfg: DictConfig) -> tuple[bool, bool]:
@@ -47,9 +36,9 @@ def uses(cfg: DictConfig) -> tuple[bool, bool]:
 
 def worker_configs(cfg: DictConfig, tokenizer) -> tuple[ActorConfig, CriticConfig]:
     a, c, m = cfg.actor, cfg.critic, cfg.model
-    policy = model_spec(OmegaConf.to_container(m.path, resolve=True) if OmegaConf.is_config(m.path) else m.path,
+    policy = spec_for_tokenizer(OmegaConf.to_container(m.path, resolve=True) if OmegaConf.is_config(m.path) else m.path,
                         tokenizer)
-    critic_model = policy if m.critic_path is None else model_spec(m.critic_path, tokenizer)
+    critic_model = policy if m.critic_path is None else spec_for_tokenizer(m.critic_path, tokenizer)
     dtype = "bfloat16" if m.dtype in ("auto", "bf16", "bfloat16") else "float32"
     shared = dict(tokenizer=tokenizer, dtype=dtype, seed=m.seed, gradient_checkpointing=m.gradient_checkpointing,
                   param_offload=a.param_offload)

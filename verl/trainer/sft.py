@@ -45,6 +45,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from verl.trainer.dataset import to_python
+
 
 class SFTDataError(ValueError):
     """A data row that cannot be used; the message names the file, the row and the field."""
@@ -80,17 +82,6 @@ class Example:
 
 # ---------------------------------------------------------------------------- data
 
-def _plain(v):
-    """Parquet gives numpy arrays for list columns; make them lists again."""
-    if isinstance(v, np.ndarray):
-        return [_plain(x) for x in v.tolist()]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
-
-
 def load_rows(path: str | os.PathLike) -> list[dict]:
     """Rows of a parquet or JSONL file, as plain Python objects."""
     path = Path(path)
@@ -111,7 +102,7 @@ def load_rows(path: str | os.PathLike) -> list[dict]:
         frame = pd.read_parquet(path)
     except Exception as e:  # pyarrow raises several types for a bad file
         raise SFTDataError(f"{path}: cannot read as parquet ({e})") from e
-    return [{k: _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
+    return [{k: to_python(v) for k, v in r.items()} for r in frame.to_dict("records")]
 
 
 def check_row(row: dict, where: str) -> None:
@@ -237,21 +228,6 @@ def parse_model_spec(spec: str):
     return spec
 
 
-def fill_spec(spec, tokenizer):
-    """A config dict gets the tokenizer's vocabulary size and special ids where it has none."""
-    if not isinstance(spec, dict):
-        return spec
-    spec = dict(spec)
-    if spec.get("vocab_size") is None:
-        spec["vocab_size"] = len(tokenizer)
-    elif spec["vocab_size"] < len(tokenizer):
-        raise ValueError(f"--model: vocab_size {spec['vocab_size']} < the tokenizer's {len(tokenizer)} tokens")
-    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        if spec.get(key) is None:
-            spec[key] = getattr(tokenizer, key)
-    return spec
-
-
 def lr_at(step: int, total: int, warmup: int, lr: float, min_ratio: float) -> float:
     """Linear warmup to lr, then cosine down to lr * min_ratio at the last step."""
     if step < warmup:
@@ -306,7 +282,7 @@ def load_for_training(cfg: SFTConfig, device: torch.device):
     """(tokenizer, examples, model) for cfg: the model is random-init from a config or loaded."""
     from transformers import AutoTokenizer
 
-    from verl.workers.model_loader import load_model
+    from verl.workers.model_loader import load_model, spec_for_tokenizer
 
     spec = parse_model_spec(cfg.model)
     tok_src = cfg.tokenizer or (spec if isinstance(spec, str) else None)
@@ -316,7 +292,7 @@ def load_for_training(cfg: SFTConfig, device: torch.device):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     examples = tokenize_rows(tokenizer, load_rows(cfg.data), cfg.max_length, str(cfg.data))
-    model = load_model(fill_spec(spec, tokenizer), dtype=torch.float32, role="actor", seed=cfg.seed)
+    model = load_model(spec_for_tokenizer(spec, tokenizer), dtype=torch.float32, role="actor", seed=cfg.seed)
     return tokenizer, examples, model.to(device)
 
 

@@ -103,3 +103,18 @@ def _enable_checkpointing(model: nn.Module) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def spec_for_tokenizer(spec, tokenizer):
+    """A config dict gets the tokenizer's vocabulary size and special ids where it has none."""
+    if not isinstance(spec, dict):
+        return spec
+    spec = dict(spec)
+    if spec.get("vocab_size") is None:
+        spec["vocab_size"] = len(tokenizer)
+    elif spec["vocab_size"] < len(tokenizer):
+        raise ValueError(f"model spec: vocab_size {spec['vocab_size']} < the tokenizer's {len(tokenizer)} tokens")
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if spec.get(key) is None:
+            spec[key] = getattr(tokenizer, key)
+    return spec
