@@ -12,7 +12,7 @@ from router_r1.rollout.manager import RouterConfig, RouterEnv
 def make_env(env_cfg, tokenizer) -> RouterEnv:
     """Build RouterEnv from the `env` section of the trainer config (keys: see configs/router_r1.yaml)."""
     # The HTTP stack logs every request at INFO; a rollout makes thousands.
-    for name in ("httpx", "openai"):
+    for name in ("httpx", "httpx2", "openai"):
         logging.getLogger(name).setLevel(logging.WARNING)
     registry = ModelRegistry.from_yaml(env_cfg["pool"], base_url=env_cfg.get("pool_url"))
     if env_cfg.get("seen_only", True):
