@@ -37,6 +37,11 @@ ARGS=("$@")
 DEFAULTS=()
 if ! given --checkpoint && ! given --skip-router; then
   DEFAULTS+=(--checkpoint "$CKPT")
+  # the embedded default trains with these turn settings (configs/embedded.yaml)
+  given --max-turns || DEFAULTS+=(--max-turns 3)
+  given --max-obs-length || DEFAULTS+=(--max-obs-length 128)
+  given --response-length || DEFAULTS+=(--response-length 64)
+  given --max-response-length || DEFAULTS+=(--max-response-length 512)
 fi
 if ! given --data; then
   if [[ ! -e $DATA ]]; then
