@@ -2,13 +2,13 @@
 
 Under torchrun every process runs the controller. Each one plays its own share of the
 episodes (so a pool is called once per trajectory, not once per rank), then all
-processes exchange the finished episodes and continue with identical batches.
+processes exchange the finished episodes, score the whole batch and continue with
+identical batches.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch.distributed as dist
 
 from verl.trainer.env import RolloutResult
@@ -33,19 +33,15 @@ class Dist:
         if self.world_size > 1:
             dist.barrier()
 
-    def gather_episodes(self, result: RolloutResult, scores, metrics: dict[str, list], uids: list):
-        """Concatenate every rank's episodes in rank order (ragged lists travel as objects)."""
+    def gather_result(self, result: RolloutResult) -> RolloutResult:
+        """Every rank's episodes, concatenated in rank order (ragged lists travel as objects)."""
         if self.world_size == 1:
-            return result, scores, metrics, uids
-        parts = [None] * self.world_size
-        dist.all_gather_object(parts, (result, list(np.asarray(scores).tolist()), metrics, uids))
-        merged = RolloutResult(
-            prompt_ids=[p for r, *_ in parts for p in r.prompt_ids],
-            response_ids=[p for r, *_ in parts for p in r.response_ids],
-            response_mask=[p for r, *_ in parts for p in r.response_mask],
-            info={k: [v for r, *_ in parts for v in r.info[k]] for k in result.info},
+            return result
+        parts: list[RolloutResult] = [None] * self.world_size
+        dist.all_gather_object(parts, result)
+        return RolloutResult(
+            prompt_ids=[x for p in parts for x in p.prompt_ids],
+            response_ids=[x for p in parts for x in p.response_ids],
+            response_mask=[x for p in parts for x in p.response_mask],
+            info={k: [x for p in parts for x in p.info[k]] for k in result.info},
         )
-        all_scores = [s for _, sc, _, _ in parts for s in sc]
-        all_metrics = {k: [v for _, _, m, _ in parts for v in m[k]] for k in metrics}
-        all_uids = [u for *_, us in parts for u in us]
-        return merged, all_scores, all_metrics, all_uids

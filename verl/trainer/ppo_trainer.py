@@ -81,19 +81,18 @@ class PPOTrainer:
                               max_new_tokens=r.response_length, seed=self.cfg.trainer.seed + self.global_step)
 
     def run_episodes(self, rows, validate: bool) -> tuple[DataProto, dict[str, list]]:
-        """Episodes for `rows` (this rank's share under SPMD), padded into one batch."""
-        if self.dist is not None:
-            rows = self.dist.shard(rows)
+        """Episodes for `rows`, padded into one batch; under SPMD each rank plays its share."""
+        mine = self.dist.shard(rows) if self.dist is not None else rows
         self.actor.sync_rollout()
-        result: RolloutResult = self.env.rollout(rows, self.generate, self.sampling(validate), validate)
+        result: RolloutResult = self.env.rollout(mine, self.generate, self.sampling(validate), validate)
+        if self.dist is not None:
+            result = self.dist.gather_result(result)
+        # Scored on the whole batch, so every rank's reward state (e.g. a cost window) is the same.
         scores, env_metrics = self.env.score(result, rows, validate)
-        uids = [r.uid for r in rows]
-        if self.dist is not None:  # every rank gets every episode, then pads the same way
-            result, scores, env_metrics, uids = self.dist.gather_episodes(result, scores, env_metrics, uids)
         tensors = pad_trajectories(result.prompt_ids, result.response_ids, result.response_mask,
                                    pad_id=self.tokenizer.pad_token_id)
         tensors["scores"] = torch.as_tensor(np.asarray(scores), dtype=torch.float32)  # (batch,)
-        batch = DataProto.from_dict(tensors, {"uid": np.array(uids, dtype=object)})
+        batch = DataProto.from_dict(tensors, {"uid": np.array([r.uid for r in rows], dtype=object)})
         return batch, env_metrics
 
     # ------------------------------------------------------------------ one update
