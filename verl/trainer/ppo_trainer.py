@@ -217,8 +217,7 @@ class PPOTrainer:
         state = torch.load(step_dir / "trainer_state.pt", weights_only=False)
         self.global_step = int(state["global_step"])
         self.env.load_state_dict(state["env"])
-        if hasattr(self.kl_ctrl, "value"):
-            self.kl_ctrl.value = float(state["kl_coef"])
+        self.kl_ctrl.value = float(state["kl_coef"])  # both controllers keep it as a plain attribute
         if self.is_main:
             print(f"resumed from {step_dir} (step {self.global_step})", flush=True)
 

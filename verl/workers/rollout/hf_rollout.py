@@ -14,7 +14,6 @@ import inspect
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from transformers import DynamicCache
 
 from .base import GenOutput, SamplingParams, clean_state_dict_items, validate_prompts
