@@ -1,4 +1,5 @@
-"""Rollout backends: `build_rollout(cfg)` picks transformers ("hf") or vLLM ("vllm")."""
+"""Rollout backends: `build_rollout(cfg)` picks transformers ("hf"), transformers weights with a
+static KV cache and CUDA-graph decode ("hf_static", Llama/Qwen2 shapes) or vLLM ("vllm")."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +8,8 @@ import torch
 
 from .base import GenOutput, RolloutBackend, SamplingParams
 
-__all__ = ["GenOutput", "RolloutBackend", "SamplingParams", "HFRollout", "VLLMRollout", "build_rollout"]
+__all__ = ["GenOutput", "RolloutBackend", "SamplingParams", "HFRollout", "StaticRollout", "VLLMRollout",
+           "build_rollout"]
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -18,6 +20,9 @@ def __getattr__(name: str):
     if name == "HFRollout":
         from .hf_rollout import HFRollout
         return HFRollout
+    if name == "StaticRollout":
+        from .static_rollout import StaticRollout
+        return StaticRollout
     if name == "VLLMRollout":
         from .vllm_rollout import VLLMRollout
         return VLLMRollout
@@ -44,18 +49,22 @@ def _torch_dtype(value: Any) -> torch.dtype | None:
 def build_rollout(cfg: Any, model: Any = None, tokenizer: Any = None) -> RolloutBackend:
     """Build the backend named by cfg.name ("hf" needs model+tokenizer or cfg.model_path; "vllm" needs cfg.model_path)."""
     name = _get(cfg, "name")
-    if name == "hf":
-        from .hf_rollout import HFRollout
+    if name in ("hf", "hf_static"):
         if model is None or tokenizer is None:
             path = _get(cfg, "model_path")
             if path is None:
-                raise ValueError("rollout.name='hf' needs a model and tokenizer, or rollout.model_path")
+                raise ValueError(f"rollout.name={name!r} needs a model and tokenizer, or rollout.model_path")
             from transformers import AutoModelForCausalLM, AutoTokenizer
             model = model if model is not None else AutoModelForCausalLM.from_pretrained(path)
             tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
-        return HFRollout(model, tokenizer, device=_get(cfg, "device", "cpu"),
-                         dtype=_torch_dtype(_get(cfg, "dtype")),
-                         max_batch_size=int(_get(cfg, "max_batch_size", 64)))
+        common = dict(device=_get(cfg, "device", "cpu"), dtype=_torch_dtype(_get(cfg, "dtype")),
+                      max_batch_size=int(_get(cfg, "max_batch_size", 64)))
+        if name == "hf":
+            from .hf_rollout import HFRollout
+            return HFRollout(model, tokenizer, **common)
+        from .static_rollout import StaticRollout
+        return StaticRollout(model, tokenizer, max_model_len=int(_get(cfg, "max_model_len", 4096)),
+                             cuda_graph=bool(_get(cfg, "cuda_graph", True)), **common)
     if name == "vllm":
         from .vllm_rollout import VLLMRollout
         path = _get(cfg, "model_path")
@@ -71,4 +80,4 @@ def build_rollout(cfg: Any, model: Any = None, tokenizer: Any = None) -> Rollout
             max_model_len=_get(cfg, "max_model_len"),
             enforce_eager=bool(_get(cfg, "enforce_eager", False)),
         )
-    raise ValueError(f"rollout.name must be 'hf' or 'vllm', got {name!r}")
+    raise ValueError(f"rollout.name must be 'hf', 'hf_static' or 'vllm', got {name!r}")

@@ -1,0 +1,109 @@
+"""StaticRollout (static KV cache, graph-ready decode step) against HFRollout and the model's distribution.
+
+On CPU the decode step runs eagerly; the CUDA-graph replay of the same step is checked on
+the GPU by scripts/bench_rollout.py (log-probs against a teacher-forced forward).
+"""
+import pytest
+import torch
+
+from test_rollout_hf import _chi_square_ok, prompts_of
+from tiny import tiny_model, tiny_tokenizer
+from verl.workers.rollout import SamplingParams, build_rollout
+from verl.workers.rollout.hf_rollout import HFRollout
+from verl.workers.rollout.static_rollout import StaticRollout, sample_from_uniform
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_greedy_tokens_and_logprobs_match_hf_rollout(tok, kind):
+    model = tiny_model(len(tok), kind=kind, seed=11)
+    prompts = prompts_of(tok)
+    sp = SamplingParams(greedy=True, max_new_tokens=40, return_logprobs=True)
+    ref = HFRollout(model, tok, eos_token_ids=[]).generate(prompts, sp)
+    # chunk 3 and bucket 16: several chunks and several attention spans in one call
+    fast = StaticRollout(model, tok, eos_token_ids=[], max_model_len=128, chunk=3)
+    fast.bucket = 16
+    out = fast.generate(prompts, sp)
+    for r, o in zip(ref, out):
+        assert o.token_ids == r.token_ids
+        assert o.finish_reason == r.finish_reason == "length"
+        assert o.logprobs == pytest.approx(r.logprobs, abs=1e-4)
+
+
+def test_stops_eos_and_reuse_of_the_cache_match_hf_rollout(tok):
+    model = tiny_model(len(tok), seed=12)
+    prompts = prompts_of(tok)
+    free = HFRollout(model, tok, eos_token_ids=[]).generate(prompts, SamplingParams(greedy=True, max_new_tokens=20))
+    stop = tok.decode(free[1].token_ids[5:7])
+    eos = free[3].token_ids[4]
+    sp = SamplingParams(greedy=True, max_new_tokens=20, stop=(stop,))
+    ref = HFRollout(model, tok, eos_token_ids=[eos]).generate(prompts, sp)
+    fast = StaticRollout(model, tok, eos_token_ids=[eos], max_batch_size=2, max_model_len=64, chunk=4)
+    first = fast.generate(prompts, sp)  # 3 chunks of rows through the same cache
+    assert first == ref
+    assert {"stop", "eos"} <= {o.finish_reason for o in first}
+    assert fast.generate(prompts[::-1], sp) == ref[::-1]  # a stale cache from the last call changes nothing
+
+
+def test_seeded_sampling_is_reproducible_and_rows_are_independent(tok):
+    model = tiny_model(len(tok), seed=13)
+    fast = StaticRollout(model, tok, eos_token_ids=[], max_model_len=64)
+    prompts = prompts_of(tok)[:1] * 6
+    sp = SamplingParams(max_new_tokens=10, seed=5)
+    a, b = fast.generate(prompts, sp), fast.generate(prompts, sp)
+    assert a == b
+    assert a != fast.generate(prompts, SamplingParams(max_new_tokens=10, seed=6))
+    assert len({tuple(o.token_ids) for o in a}) > 1
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, -1, 1.0), (0.7, 5, 1.0), (1.0, -1, 0.6)])
+def test_inverse_cdf_sampling_matches_the_distribution(temperature, top_k, top_p):
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(40, generator=gen) * 2  # (vocab,)
+    sp = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    from verl.workers.rollout.hf_rollout import filter_logits
+    target = filter_logits(logits[None] / temperature, top_k, top_p).softmax(-1)[0]
+    n = 20000
+    u = torch.rand(n, generator=gen)
+    sampled = sample_from_uniform(logits.expand(n, -1), u, sp)  # (n,)
+    assert (target[sampled] > 0).all(), "sampled a filtered-out token"
+    stat, crit = _chi_square_ok(torch.bincount(sampled, minlength=40).float(), target, n)
+    assert stat < crit, f"chi-square {stat:.1f} >= {crit:.1f}"
+
+
+def test_edges_of_the_uniform_never_pick_a_zero_probability_token():
+    logits = torch.tensor([[0.0, float("-inf"), 0.0, float("-inf")]]).expand(3, -1)
+    u = torch.tensor([0.0, 0.5, 1.0 - 1e-7])
+    assert sample_from_uniform(logits, u, SamplingParams()).tolist() == [0, 2, 2]
+
+
+def test_clear_errors(tok):
+    model = tiny_model(len(tok))
+    fast = StaticRollout(model, tok, max_model_len=16)
+    with pytest.raises(ValueError, match="max_model_len=16"):
+        fast.generate(prompts_of(tok)[:2], SamplingParams(max_new_tokens=15))
+    from transformers import GPT2Config, GPT2LMHeadModel
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=len(tok)))
+    with pytest.raises(ValueError, match="use rollout.name=hf"):
+        StaticRollout(gpt2, tok)
+
+
+def test_build_rollout_by_name(tok):
+    model = tiny_model(len(tok))
+    roll = build_rollout({"name": "hf_static", "max_batch_size": 8, "max_model_len": 256}, model, tok)
+    assert isinstance(roll, StaticRollout) and roll.max_model_len == 256 and roll.max_batch_size == 8
+    roll.sleep()  # frees the cache; generating again reallocates it
+    roll.wake()
+    assert len(roll.generate(prompts_of(tok)[:2], SamplingParams(max_new_tokens=3, seed=0))[1].token_ids) == 3

@@ -1,0 +1,312 @@
+"""Fast transformers rollout: a static KV cache, a decode step replayed as a CUDA graph.
+
+`HFRollout` runs the model's own forward per token over a growing DynamicCache and reads
+every token back to Python, so at batch 256 the GPU mostly waits for the CPU. Here the
+weights stay the HF model's (no copy; `update_weights` works unchanged), but the forward
+is ours, for Llama/Qwen2-shaped decoders:
+
+- the KV cache is one preallocated buffer per layer, (rows, kv_heads, max_len, head_dim);
+  column c holds the token at column c of the left-padded batch, so a decode step writes
+  one column for all rows and attends over a fixed-size prefix (a "bucket" of 128 columns);
+- one decode step (embed -> layers -> logits -> sample -> write the token) touches only
+  device tensors, so it is captured once per (rows, bucket, sampling rule) as a CUDA graph
+  and replayed; the step counter and column live on the device and advance inside it;
+- sampling uses one uniform per row and step, drawn before the chunk (inverse CDF over the
+  filtered softmax): the same distribution as `torch.multinomial`, no RNG inside the graph;
+- tokens come back to the CPU in chunks of `chunk` steps; stop strings and eos are checked
+  there, one chunk behind the GPU, which meanwhile decodes the next chunk. Rows that have
+  finished keep decoding until the whole batch is done (their extra tokens are dropped).
+
+On CPU the same step runs eagerly (the tests compare it with HFRollout token for token).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .base import GenOutput, SamplingParams
+from .hf_rollout import HFRollout, StopChecker, filter_logits
+
+SUPPORTED_TYPES = ("llama", "qwen2")
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # inv_freq does not depend on the length
+
+
+def sample_from_uniform(logits: torch.Tensor, u: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """Inverse-CDF sampling: logits (batch, vocab) fp32, u (batch,) in [0, 1) -> token ids (batch,)."""
+    if sampling.is_greedy:
+        return logits.argmax(-1)
+    probs = filter_logits(logits / sampling.temperature, sampling.top_k, sampling.top_p).softmax(-1)
+    cdf = probs.cumsum(-1)  # (batch, vocab)
+    # right=True lands on the first token whose cdf exceeds u * total: never a zero-probability token
+    idx = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
+    return idx.clamp_(max=logits.shape[-1] - 1)
+
+
+class StaticRollout(HFRollout):
+    """RolloutBackend with a static KV cache and CUDA-graph decode (eager on CPU)."""
+
+    bucket = 128  # attention spans a multiple of this many cache columns
+
+    def __init__(self, model, tokenizer, device="cpu", dtype=None, max_batch_size: int = 256,
+                 max_model_len: int = 4096, eos_token_ids=None, cuda_graph: bool = True, chunk: int = 16,
+                 prefill_tokens: int = 32768):
+        cfg = model.config
+        if cfg.model_type not in SUPPORTED_TYPES:
+            raise ValueError(f"StaticRollout supports model_type {SUPPORTED_TYPES}, got {cfg.model_type!r}; "
+                             "use rollout.name=hf")
+        rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+        if rope.get("rope_type", rope.get("type", "default")) not in STATIC_ROPE_TYPES:
+            raise ValueError(f"StaticRollout: rope type {rope.get('rope_type')!r} is not supported; use rollout.name=hf")
+        if getattr(cfg, "use_sliding_window", False):
+            raise ValueError("StaticRollout: sliding-window attention is not supported; use rollout.name=hf")
+        super().__init__(model, tokenizer, device=device, dtype=dtype, max_batch_size=max_batch_size,
+                         eos_token_ids=eos_token_ids)
+        self.max_model_len = max_model_len
+        self.cuda_graph = cuda_graph and self.device.type == "cuda"
+        self.chunk = chunk
+        self.prefill_tokens = prefill_tokens
+        attn = model.model.layers[0].self_attn
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim, self.scaling = attn.head_dim, attn.scaling
+        self._state: dict | None = None  # cache and step buffers, allocated on first use
+        self._graphs: dict = {}
+
+    # ---- buffers -----------------------------------------------------------------------
+
+    def _buffers(self) -> dict:
+        if self._state is None:
+            rows, cols, dev = self.max_batch_size, self.max_model_len, self.device
+            dtype = self.model.get_input_embeddings().weight.dtype
+            shape = (rows, self.n_kv, cols, self.head_dim)
+            layers = len(self.model.model.layers)
+            self._state = {
+                "k": [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(layers)],
+                "v": [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(layers)],
+                "prompt_ok": torch.zeros(rows, cols, dtype=torch.bool, device=dev),  # real prompt columns
+                "width": torch.zeros(1, dtype=torch.long, device=dev),   # prompt width W of this batch
+                "col": torch.zeros(1, dtype=torch.long, device=dev),     # cache column of the fed token
+                "step": torch.zeros(1, dtype=torch.long, device=dev),    # index of the next output token
+                "tok": torch.zeros(rows, dtype=torch.long, device=dev),  # token fed at the next step
+                "pos": torch.zeros(rows, dtype=torch.long, device=dev),  # its rotary position
+                "u": torch.zeros(rows, cols, dtype=torch.float32, device=dev),  # uniforms per step
+                "out": torch.zeros(rows, cols, dtype=torch.long, device=dev),   # sampled tokens
+                "out_lp": torch.zeros(rows, cols, dtype=torch.float32, device=dev),
+                "arange": torch.arange(cols, device=dev),
+            }
+        return self._state
+
+    def sleep(self) -> None:
+        """Free the KV cache and the graphs (they point into it), then move the weights off the GPU."""
+        self._state, self._graphs = None, {}
+        super().sleep()
+
+    # ---- the model, our way ----------------------------------------------------------------
+
+    def _rotary(self, pos: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        rope = self.model.model.rotary_emb
+        freqs = pos[..., None].float() * rope.inv_freq.float()  # (..., head_dim / 2)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return (emb.cos() * rope.attention_scaling).to(dtype), (emb.sin() * rope.attention_scaling).to(dtype)
+
+    @staticmethod
+    def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    def _layers(self, h: torch.Tensor, pos: torch.Tensor, attend) -> torch.Tensor:
+        """Run every decoder layer; `attend(layer_index, q, k, v)` does the cache write and attention.
+
+        h: (rows, T, hidden); pos: (rows, T); q: (rows, heads, T, head_dim), k/v: (rows, kv, T, head_dim)."""
+        rows, T, _ = h.shape
+        cos, sin = self._rotary(pos, h.dtype)
+        cos, sin = cos[:, None], sin[:, None]  # (rows, 1, T, head_dim)
+        for i, layer in enumerate(self.model.model.layers):
+            a = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = a.q_proj(x).view(rows, T, self.n_heads, self.head_dim).transpose(1, 2)
+            k = a.k_proj(x).view(rows, T, self.n_kv, self.head_dim).transpose(1, 2)
+            v = a.v_proj(x).view(rows, T, self.n_kv, self.head_dim).transpose(1, 2)
+            o = attend(i, self._rope(q, cos, sin), self._rope(k, cos, sin), v)  # (rows, heads, T, head_dim)
+            h = h + a.o_proj(o.transpose(1, 2).reshape(rows, T, -1))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return h
+
+    def _logits(self, h_last: torch.Tensor) -> torch.Tensor:
+        return self.model.lm_head(self.model.model.norm(h_last)).float()  # (rows, vocab)
+
+    # ---- prefill: the prompt into the cache, eager, in row chunks ---------------------------------
+
+    def _prefill(self, prompts: list[list[int]], width: int) -> torch.Tensor:
+        """Write every prompt's keys/values into cache columns [0, width); returns last logits (rows, vocab)."""
+        st, dev = self._buffers(), self.device
+        rows = len(prompts)
+        ids = torch.full((rows, width), self.pad_id, dtype=torch.long)  # (rows, width), left-padded
+        ok = torch.zeros((rows, width), dtype=torch.bool)                # (rows, width)
+        for r, p in enumerate(prompts):
+            ids[r, width - len(p):] = torch.tensor(p)
+            ok[r, width - len(p):] = True
+        ids, ok = ids.to(dev), ok.to(dev)
+        st["prompt_ok"][:rows].zero_()
+        st["prompt_ok"][:rows, :width] = ok
+        pos = (ok.long().cumsum(-1) - 1).clamp(min=0)                   # (rows, width)
+        causal = torch.ones(width, width, dtype=torch.bool, device=dev).tril()
+        eye = torch.eye(width, dtype=torch.bool, device=dev)  # padding attends to itself: no empty softmax
+        logits = []
+        step = max(1, self.prefill_tokens // width)
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            allowed = (causal & ok[r0:r1, None, :]) | eye                # (n, width, width)
+
+            def attend(i, q, k, v, r0=r0, r1=r1, allowed=allowed):
+                st["k"][i][r0:r1, :, :width] = k
+                st["v"][i][r0:r1, :, :width] = v
+                g = self.n_heads // self.n_kv
+                return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
+                                                      attn_mask=allowed[:, None], scale=self.scaling)
+
+            h = self.model.model.embed_tokens(ids[r0:r1])                  # (n, width, hidden)
+            h = self._layers(h, pos[r0:r1], attend)
+            logits.append(self._logits(h[:, -1]))
+        lengths = torch.tensor([len(p) for p in prompts], device=dev)
+        st["pos"][:rows] = lengths
+        st["width"].fill_(width)
+        st["col"].fill_(width)
+        st["step"].zero_()
+        return torch.cat(logits)
+
+    # ---- one decode step (the graph body) -------------------------------------------------------
+
+    def _emit(self, logits: torch.Tensor, rows: int, sampling: SamplingParams) -> None:
+        """Sample from logits (rows, vocab), record token and log-prob at `step`, feed the token next."""
+        st = self._state
+        u = st["u"][:rows].index_select(1, st["step"]).squeeze(1)        # (rows,)
+        tok = sample_from_uniform(logits, u, sampling)                    # (rows,)
+        st["out"][:rows].index_copy_(1, st["step"], tok[:, None])
+        if sampling.return_logprobs:
+            lp = torch.log_softmax(logits, -1).gather(-1, tok[:, None])  # (rows, 1)
+            st["out_lp"][:rows].index_copy_(1, st["step"], lp)
+        st["tok"][:rows].copy_(tok)
+        st["step"].add_(1)
+
+    def _decode_step(self, rows: int, span: int, sampling: SamplingParams) -> None:
+        """Feed `tok` at column `col`, attend over columns [0, span), emit the next token."""
+        st = self._state
+        cols = st["arange"][:span]
+        # prompt columns of this row, and every generated column up to the current one
+        allowed = st["prompt_ok"][:rows, :span] | ((cols >= st["width"]) & (cols <= st["col"]))  # (rows, span)
+        mask = allowed[:, None, None, :]                                  # (rows, 1, 1, span)
+        g = self.n_heads // self.n_kv
+
+        def attend(i, q, k, v):
+            kc, vc = st["k"][i][:rows], st["v"][i][:rows]
+            kc.index_copy_(2, st["col"], k)
+            vc.index_copy_(2, st["col"], v)
+            # grouped heads share their kv head without copying it: (rows, kv, g, d) @ (rows, kv, d, span)
+            qg = q.reshape(rows, self.n_kv, g, self.head_dim)
+            scores = torch.matmul(qg, kc[:, :, :span].transpose(-1, -2)).float() * self.scaling
+            probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)  # (rows, kv, g, span)
+            return torch.matmul(probs, vc[:, :, :span]).reshape(rows, self.n_heads, 1, self.head_dim)
+
+        h = self.model.model.embed_tokens(st["tok"][:rows, None])         # (rows, 1, hidden)
+        h = self._layers(h, st["pos"][:rows, None], attend)
+        self._emit(self._logits(h[:, -1]), rows, sampling)
+        st["pos"][:rows].add_(1)
+        st["col"].add_(1)
+
+    def _step_fn(self, rows: int, span: int, sampling: SamplingParams):
+        """The decode step for this shape: a replayed CUDA graph on GPU, the eager function on CPU."""
+        if not self.cuda_graph:
+            return lambda: self._decode_step(rows, span, sampling)
+        key = (rows, span, sampling.is_greedy, sampling.temperature, sampling.top_k, sampling.top_p,
+               sampling.return_logprobs)
+        graph = self._graphs.get(key)
+        if graph is None:
+            st = self._state
+            saved = {k: st[k].clone() for k in ("col", "step", "tok", "pos")}
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up outside capture (cuBLAS handles, allocator)
+                self._decode_step(rows, span, sampling)
+            torch.cuda.current_stream().wait_stream(side)
+            for k, v in saved.items():  # the warm-up advanced the state: undo it
+                st[k].copy_(v)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._graphs.get("pool")):
+                self._decode_step(rows, span, sampling)
+            self._graphs.setdefault("pool", graph.pool())
+            self._graphs[key] = graph
+        return graph.replay
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def _generate_chunk(self, prompts, sampling, generator, stopper: StopChecker | None) -> list[GenOutput]:
+        rows, width, n_new = len(prompts), max(len(p) for p in prompts), sampling.max_new_tokens
+        if width + n_new > self.max_model_len:
+            raise ValueError(f"StaticRollout: prompt width {width} + max_new_tokens {n_new} exceeds "
+                             f"max_model_len={self.max_model_len} (raise rollout.max_model_len)")
+        st = self._buffers()
+        st["u"][:rows, :n_new] = torch.rand((rows, n_new), generator=generator, device=self.device)
+        self._emit(self._prefill(prompts, width), rows, sampling)        # token 0
+
+        tokens: list[list[int]] = [[] for _ in range(rows)]
+        logprobs: list[list[float]] = [[] for _ in range(rows)]
+        reasons: list[str | None] = [None] * rows
+
+        def read_back(start: int, end: int):
+            """Queue the copy of output tokens [start, end) to the host behind the work already queued."""
+            pin = self.device.type == "cuda"
+            toks = torch.empty((rows, end - start), dtype=torch.long, pin_memory=pin)
+            toks.copy_(st["out"][:rows, start:end], non_blocking=pin)
+            lps = None
+            if sampling.return_logprobs:
+                lps = torch.empty((rows, end - start), dtype=torch.float32, pin_memory=pin)
+                lps.copy_(st["out_lp"][:rows, start:end], non_blocking=pin)
+            event = torch.cuda.Event() if pin else None
+            if event is not None:
+                event.record()
+            return toks, lps, event
+
+        def check(copied) -> None:
+            """Apply eos / stop / length per row to a chunk that read_back queued."""
+            toks, lps, event = copied
+            if event is not None:
+                event.synchronize()
+            toks = toks.tolist()
+            lps = lps.tolist() if lps is not None else None
+            for r in range(rows):
+                if reasons[r] is not None:
+                    continue
+                for j, t in enumerate(toks[r]):
+                    tokens[r].append(t)
+                    if lps is not None:
+                        logprobs[r].append(lps[r][j])
+                    if t in self.eos_ids:
+                        reasons[r] = "eos"
+                    elif stopper is not None and stopper.hit(tokens[r]):
+                        reasons[r] = "stop"
+                    elif len(tokens[r]) == n_new:
+                        reasons[r] = "length"
+                    if reasons[r] is not None:
+                        break
+
+        pending = read_back(0, 1)
+        emitted = 1
+        while emitted < n_new and not all(reasons):
+            n = min(self.chunk, n_new - emitted)
+            # the last token fed in this chunk sits at column width + emitted + n - 2 < span
+            span = min(self.max_model_len, math.ceil((width + emitted + n - 1) / self.bucket) * self.bucket)
+            step = self._step_fn(rows, span, sampling)
+            for _ in range(n):
+                step()
+            copied = read_back(emitted, emitted + n)
+            emitted += n
+            check(pending)  # the previous chunk, while the GPU decodes this one
+            pending = copied
+        if not all(reasons):
+            check(pending)
+        return [GenOutput(token_ids=tokens[r], finish_reason=reasons[r] or "length",
+                          logprobs=logprobs[r] if sampling.return_logprobs else None) for r in range(rows)]
