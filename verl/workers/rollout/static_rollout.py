@@ -6,8 +6,9 @@ weights stay the HF model's (no copy; `update_weights` works unchanged), but the
 is ours, for Llama/Qwen2-shaped decoders:
 
 - the KV cache is one preallocated buffer per layer, (rows, kv_heads, max_len, head_dim);
-  column c holds the token at column c of the left-padded batch, so a decode step writes
-  one column for all rows and attends over a fixed-size prefix (a "bucket" of 128 columns);
+  a row's prompt fills columns [0, its length) of the batch's prompt width W, generated
+  token t goes to column W + t for every row, so a decode step writes one column for all
+  rows and attends over a fixed-size prefix (a "bucket" of 128 columns) with a mask;
 - one decode step (embed -> layers -> logits -> sample -> write the token) touches only
   device tensors, so it is captured once per (rows, bucket, sampling rule) as a CUDA graph
   and replayed; the step counter and column live on the device and advance inside it;
@@ -140,37 +141,35 @@ class StaticRollout(HFRollout):
     # ---- prefill: the prompt into the cache, eager, in row chunks ---------------------------------
 
     def _prefill(self, prompts: list[list[int]], width: int) -> torch.Tensor:
-        """Write every prompt's keys/values into cache columns [0, width); returns last logits (rows, vocab)."""
+        """Write every prompt's keys/values into cache columns [0, width); returns last logits (rows, vocab).
+
+        Prompts are right-padded here, so plain causal attention (the flash kernel, no mask) is
+        exact for the real tokens; decode steps then mask the padding columns out."""
         st, dev = self._buffers(), self.device
         rows = len(prompts)
-        ids = torch.full((rows, width), self.pad_id, dtype=torch.long)  # (rows, width), left-padded
-        ok = torch.zeros((rows, width), dtype=torch.bool)                # (rows, width)
+        ids = torch.full((rows, width), self.pad_id, dtype=torch.long)  # (rows, width), right-padded
         for r, p in enumerate(prompts):
-            ids[r, width - len(p):] = torch.tensor(p)
-            ok[r, width - len(p):] = True
-        ids, ok = ids.to(dev), ok.to(dev)
+            ids[r, :len(p)] = torch.tensor(p)
+        ids = ids.to(dev)
+        lengths = torch.tensor([len(p) for p in prompts], device=dev)   # (rows,)
         st["prompt_ok"][:rows].zero_()
-        st["prompt_ok"][:rows, :width] = ok
-        pos = (ok.long().cumsum(-1) - 1).clamp(min=0)                   # (rows, width)
-        causal = torch.ones(width, width, dtype=torch.bool, device=dev).tril()
-        eye = torch.eye(width, dtype=torch.bool, device=dev)  # padding attends to itself: no empty softmax
+        st["prompt_ok"][:rows, :width] = st["arange"][:width] < lengths[:, None]
+        pos = st["arange"][:width].expand(rows, width)                   # (rows, width)
+        g = self.n_heads // self.n_kv
         logits = []
         step = max(1, self.prefill_tokens // width)
         for r0 in range(0, rows, step):
             r1 = min(rows, r0 + step)
-            allowed = (causal & ok[r0:r1, None, :]) | eye                # (n, width, width)
 
-            def attend(i, q, k, v, r0=r0, r1=r1, allowed=allowed):
+            def attend(i, q, k, v, r0=r0, r1=r1):
                 st["k"][i][r0:r1, :, :width] = k
                 st["v"][i][r0:r1, :, :width] = v
-                g = self.n_heads // self.n_kv
                 return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
-                                                      attn_mask=allowed[:, None], scale=self.scaling)
+                                                      is_causal=True, scale=self.scaling)
 
-            h = self.model.model.embed_tokens(ids[r0:r1])                  # (n, width, hidden)
-            h = self._layers(h, pos[r0:r1], attend)
-            logits.append(self._logits(h[:, -1]))
-        lengths = torch.tensor([len(p) for p in prompts], device=dev)
+            h = self._layers(self.model.model.embed_tokens(ids[r0:r1]), pos[r0:r1], attend)  # (n, width, hidden)
+            last = h[torch.arange(r1 - r0, device=dev), lengths[r0:r1] - 1]  # (n, hidden)
+            logits.append(self._logits(last))
         st["pos"][:rows] = lengths
         st["width"].fill_(width)
         st["col"].fill_(width)
