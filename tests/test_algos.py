@@ -363,3 +363,34 @@ def test_logprobs_and_entropy_from_logits_match_reference():
     y = logits.clone().requires_grad_()
     torch.log_softmax(y, -1).gather(-1, labels[..., None]).sum().backward()
     assert torch.allclose(x.grad, y.grad, atol=1e-5)
+
+
+# ------------------------------------------------- token-level normalisation (DAPO)
+def test_token_mean_weighs_every_token_of_the_mini_batch_equally_however_split():
+    """The actor's weighting: micro-batch loss x units(micro) / units(mini-batch) x world, gradients
+    averaged over ranks. With token-mean each policy token's gradient is 1 / (policy tokens in the
+    mini-batch), whichever rank and micro-batch holds it and however long its sequence is."""
+    from verl.workers.micro_batch import loss_units
+
+    torch.manual_seed(0)
+    mask = torch.zeros(6, 5)
+    for row, n in enumerate([5, 1, 3, 2, 5, 4]):  # 20 policy tokens, sequences of very different length
+        mask[row, :n] = 1
+    loss_mat = torch.randn(6, 5, dtype=D, requires_grad=True)
+    world, ranks = 2, [[[0, 1], [2]], [[3], [4, 5]]]  # rank -> micro-batches (row indices)
+    total = loss_units(mask, "token-mean")
+    assert total == 20
+    grad = torch.zeros(6, 5, dtype=D)
+    value = 0.0
+    for micro_batches in ranks:
+        for idx in micro_batches:
+            part = agg_loss(loss_mat[idx], mask[idx], "token-mean")
+            weight = loss_units(mask[idx], "token-mean") / total * world
+            (g,) = torch.autograd.grad(part * weight, loss_mat)
+            grad += g / world  # the data-parallel all-reduce averages gradients over ranks
+            value += part.item() * weight / world
+    assert torch.allclose(grad, mask.to(D) / 20)
+    assert value == pytest.approx(agg_loss(loss_mat, mask, "token-mean").item())
+    # seq-mean-token-mean would weigh the lone token of row 1 five times as much as a token of row 0
+    (g_seq,) = torch.autograd.grad(agg_loss(loss_mat, mask, "seq-mean-token-mean"), loss_mat)
+    assert g_seq[1, 0] == pytest.approx(5 * g_seq[0, 0].item())

@@ -6,8 +6,10 @@ same loop drives one CPU process, a torchrun launch, or Ray actors.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +17,11 @@ import torch
 from tqdm import tqdm
 
 from verl.algos.advantages import compute_gae, compute_grpo_advantages, place_score_on_last_token
+from verl.algos.dapo import informative_groups, overlong_penalty, select_groups
 from verl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty
 from verl.algos.masked import masked_mean
 from verl.protocol import DataProto
+from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env import Env, RolloutResult
@@ -32,6 +36,32 @@ def _summary(prefix: str, values) -> dict[str, float]:
     if arr.size == 0:
         return {}
     return {f"{prefix}/mean": float(arr.mean()), f"{prefix}/max": float(arr.max()), f"{prefix}/min": float(arr.min())}
+
+
+@dataclasses.dataclass
+class Played:
+    """One generation batch of a training step."""
+
+    rows: list
+    result: RolloutResult
+    scores: np.ndarray  # (episodes,)
+    metrics: dict[str, list]
+
+
+def _n_informative(played: list[Played]) -> int:
+    rows = [r for p in played for r in p.rows]
+    return sum(informative_groups(np.concatenate([p.scores for p in played]), [r.uid for r in rows]).values())
+
+
+def _pick(results: list[RolloutResult], idx: list[int]) -> RolloutResult:
+    """Episodes `idx` of the results laid end to end."""
+    def column(get) -> list:
+        flat = [x for r in results for x in get(r)]
+        return [flat[i] for i in idx]
+
+    return RolloutResult(column(lambda r: r.prompt_ids), column(lambda r: r.response_ids),
+                         column(lambda r: r.response_mask),
+                         {k: column(lambda r, k=k: r.info[k]) for k in results[0].info})
 
 
 class PPOTrainer:
@@ -54,6 +84,10 @@ class PPOTrainer:
         else:
             self.kl_ctrl = FixedKLController(alg.kl_ctrl.kl_coef)
         self.global_step = 0  # number of completed updates
+        self.gen_batches = 0  # prompt batches drawn so far; dynamic sampling may draw several per step
+        self.rollout_imbalance = None  # max/mean of the ranks' summed load hints, when balanced
+        if alg.dynamic_sampling.enable and cfg.rollout.n < 2:
+            raise ValueError("algorithm.dynamic_sampling needs rollout.n > 1 (it keeps groups whose rewards differ)")
 
     # ------------------------------------------------------------------ rollout
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[GenOutput]:
@@ -80,27 +114,90 @@ class PPOTrainer:
         return SamplingParams(temperature=temperature, top_p=r.top_p, top_k=r.top_k,
                               max_new_tokens=r.response_length, seed=self.cfg.trainer.seed + self.global_step)
 
-    def run_episodes(self, rows, validate: bool) -> tuple[DataProto, dict[str, list]]:
-        """Episodes for `rows`, padded into one batch; under SPMD each rank plays its share."""
-        mine = self.dist.shard(rows) if self.dist is not None else rows
+    def play(self, rows, validate: bool,
+             sampling: SamplingParams | None = None) -> tuple[RolloutResult, np.ndarray, dict[str, list]]:
+        """Episodes for `rows` and their scores; under SPMD each rank plays its share (balanced by
+        per-row load when trainer.balance_rollouts is on) and every rank gets every episode."""
+        sampling = sampling or self.sampling(validate)
         self.actor.sync_rollout()
-        result: RolloutResult = self.env.rollout(mine, self.generate, self.sampling(validate), validate)
-        if self.dist is not None:
-            result = self.dist.gather_result(result)
+        if self.dist is None:
+            result: RolloutResult = self.env.rollout(rows, self.generate, sampling, validate)
+        else:
+            loads = row_loads(rows, self.env, sampling, validate) if self.cfg.trainer.balance_rollouts else None
+            plan = self.dist.assignment(len(rows), loads)
+            self.rollout_imbalance = imbalance(engine_loads(loads, plan)) if loads else None
+            result = self.env.rollout([rows[i] for i in plan[self.dist.rank]], self.generate, sampling, validate)
+            result = self.dist.gather_result(result, plan)
         # Scored on the whole batch, so every rank's reward state (e.g. a cost window) is the same.
         scores, env_metrics = self.env.score(result, rows, validate)
+        return result, np.asarray(scores, dtype=np.float32), env_metrics
+
+    def to_batch(self, result: RolloutResult, rows, scores) -> DataProto:
+        """Pad the episodes into the workers' tensors, with `scores` (batch,) and the group `uid`."""
         tensors = pad_trajectories(result.prompt_ids, result.response_ids, result.response_mask,
                                    pad_id=self.tokenizer.pad_token_id)
         tensors["scores"] = torch.as_tensor(np.asarray(scores), dtype=torch.float32)  # (batch,)
-        batch = DataProto.from_dict(tensors, {"uid": np.array([r.uid for r in rows], dtype=object)})
-        return batch, env_metrics
+        return DataProto.from_dict(tensors, {"uid": np.array([r.uid for r in rows], dtype=object)})
+
+    def run_episodes(self, rows, validate: bool) -> tuple[DataProto, dict[str, list]]:
+        """Episodes for `rows`, padded into one batch, and the environment's metrics."""
+        result, scores, env_metrics = self.play(rows, validate)
+        return self.to_batch(result, rows, scores), env_metrics
+
+    def next_rows(self) -> list:
+        """The next prompt batch of the data order, each prompt repeated rollout.n times (one uid group)."""
+        d = self.cfg.data
+        self.gen_batches += 1
+        idx = train_batch_indices(len(self.train_set), d.train_batch_size, self.gen_batches, d.seed, d.shuffle)
+        return [self.train_set.rows[i] for i in idx for _ in range(self.cfg.rollout.n)]
+
+    def train_episodes(self, rows, metrics: dict) -> tuple[DataProto, dict[str, list]]:
+        """Training episodes for `rows`. With dynamic sampling (DAPO), groups whose rewards are all
+        equal are dropped and further prompt batches are played until data.train_batch_size
+        groups remain, or max_gen_batches were played. The env metrics cover every episode played."""
+        ds, target = self.cfg.algorithm.dynamic_sampling, self.cfg.data.train_batch_size
+        played = [self._play_for_training(rows, 0)]
+        while ds.enable and len(played) < ds.max_gen_batches and _n_informative(played) < target:
+            played.append(self._play_for_training(self.next_rows(), len(played)))
+        rows = [r for p in played for r in p.rows]
+        scores = np.concatenate([p.scores for p in played])  # (episodes,)
+        env_metrics = {k: [x for p in played for x in p.metrics[k]] for k in played[0].metrics}
+        keep = self._keep_informative(rows, scores, len(played), metrics) if ds.enable else list(range(len(rows)))
+        result = _pick([p.result for p in played], keep)
+        return self.to_batch(result, [rows[i] for i in keep], scores[keep]), env_metrics
+
+    def _play_for_training(self, rows, k: int) -> Played:
+        """Play the k-th generation batch of this step; its scores carry the overlong penalty when on."""
+        sampling = self.sampling(validate=False)
+        if k and sampling.seed is not None:  # fresh sampling noise for each extra batch of a step
+            sampling = dataclasses.replace(sampling, seed=sampling.seed + 100_003 * k)
+        result, scores, env_metrics = self.play(rows, validate=False, sampling=sampling)
+        o = self.cfg.algorithm.overlong_penalty
+        if o.enable:
+            lengths = [len(r) for r in result.response_ids]
+            scores = scores + overlong_penalty(lengths, o.max_length, o.buffer, o.factor).astype(np.float32)
+        env_metrics["reward"] = scores.tolist()  # the score the advantages see
+        return Played(rows, result, scores, env_metrics)
+
+    def _keep_informative(self, rows, scores, n_batches: int, metrics: dict) -> list[int]:
+        """Rows of the first train_batch_size groups with differing rewards; logs the counts."""
+        target = self.cfg.data.train_batch_size
+        world = self.dist.world_size if self.dist is not None else self.actor.world_size
+        keep, counts = select_groups(scores, [r.uid for r in rows], target, multiple=world)
+        metrics.update({f"dapo/groups_{k}": float(v) for k, v in counts.items()})
+        metrics.update({"dapo/gen_batches": float(n_batches), "dapo/short_batch": float(counts["kept"] < target)})
+        if counts["kept"] < target and self.is_main:
+            warnings.warn(f"dynamic sampling: {counts['kept']} of {target} groups have differing rewards after "
+                          f"{n_batches} generation batches (algorithm.dynamic_sampling.max_gen_batches); "
+                          f"training on those")
+        return keep
 
     # ------------------------------------------------------------------ one update
     def step(self, rows) -> dict[str, float]:
         cfg, alg, metrics = self.cfg, self.cfg.algorithm, {}
         with timer("step", metrics):
             with timer("gen", metrics):
-                batch, env_metrics = self.run_episodes(rows, validate=False)
+                batch, env_metrics = self.train_episodes(rows, metrics)  # DAPO may drop and refill groups
             mask = batch.batch["response_mask"].float()  # (batch, response_len)
 
             with timer("old_log_prob", metrics):
@@ -139,10 +236,10 @@ class PPOTrainer:
                 with timer("update_actor", metrics):
                     metrics.update(self.actor.update_actor(batch))
 
-        metrics.update(_summary("reward", batch.batch["scores"].tolist()))
-        for name, values in env_metrics.items():
-            if name != "reward":
-                metrics.update(_summary(name, values))
+        for name, values in env_metrics.items():  # over every episode played, "reward" included
+            metrics.update(_summary(name, values))
+        if self.rollout_imbalance is not None:
+            metrics["rollout/load_imbalance"] = self.rollout_imbalance
         metrics["response_length/mean"] = float(batch.batch["response_mask"].sum(-1).float().mean())
         metrics["adv/mean"] = float(masked_mean(batch.batch["advantages"], mask))
         metrics["timing/tokens_per_s"] = float(batch.batch["attention_mask"].sum()) / metrics["timing/step"]
@@ -180,7 +277,8 @@ class PPOTrainer:
         if self.critic is not None:
             self.critic.save_checkpoint(str(step_dir / "critic"))
         if self.is_main:
-            state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value, "env": self.env.state_dict()}
+            state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value, "env": self.env.state_dict(),
+                     "gen_batches": self.gen_batches}
             torch.save(state, step_dir / "trainer_state.pt")
             (step_dir / "trainer_state.json").write_text(json.dumps(
                 {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value}))
@@ -216,6 +314,7 @@ class PPOTrainer:
             self.critic.load_checkpoint(str(step_dir / "critic"))
         state = torch.load(step_dir / "trainer_state.pt", weights_only=False)
         self.global_step = int(state["global_step"])
+        self.gen_batches = int(state.get("gen_batches", self.global_step))  # one batch per step before DAPO
         self.env.load_state_dict(state["env"])
         self.kl_ctrl.value = float(state["kl_coef"])  # both controllers keep it as a plain attribute
         if self.is_main:
@@ -236,7 +335,7 @@ class PPOTrainer:
 
     def fit(self) -> dict[str, float]:
         """Train for trainer.total_steps updates; returns the last step's metrics."""
-        t, d = self.cfg.trainer, self.cfg.data
+        t = self.cfg.trainer
         self.resume()
         if t.val_before_train and self.global_step == 0:
             self._log(self.validate(), 0)
@@ -244,10 +343,7 @@ class PPOTrainer:
         bar = tqdm(range(self.global_step + 1, t.total_steps + 1), desc="ppo", disable=not self.is_main,
                    initial=self.global_step, total=t.total_steps)
         for step in bar:
-            idx = train_batch_indices(len(self.train_set), d.train_batch_size, step, d.seed, d.shuffle)
-            rows = [self.train_set.rows[i] for i in idx]
-            rows = [r for r in rows for _ in range(self.cfg.rollout.n)]  # n samples per prompt, grouped by uid
-            metrics = self.step(rows)
+            metrics = self.step(self.next_rows())
             self.global_step = step
             is_last = step == t.total_steps
             if is_last or (t.test_freq and step % t.test_freq == 0):
