@@ -79,6 +79,22 @@ def teacher_forced_logprobs(model, prompt: list[int], generated: list[int]) -> t
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(generated, device=model.device)[:, None])[:, 0]
 
 
+def profile(fast: StaticRollout, prompts, sp: SamplingParams, device: str) -> None:
+    """Where the time of one call goes: prefill, one replayed decode step, and the top kernels."""
+    with torch.inference_mode():
+        t_pre = timed(lambda: fast._prefill(prompts, len(prompts[0])), device)
+        step = fast._step_fn(len(prompts), fast.max_model_len - fast.bucket, sp)
+        t_step = timed(lambda: [step() for _ in range(32)], device) / 32
+    print(f"  prefill {t_pre * 1e3:.1f} ms; decode step {t_step * 1e3:.2f} ms "
+          f"(x{sp.max_new_tokens} = {t_step * sp.max_new_tokens:.2f} s)", flush=True)
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fast.generate(prompts, sp)
+        sync(device)
+    print(prof.key_averages().table(sort_by="cuda_time_total" if device == "cuda" else "cpu_time_total",
+                                    row_limit=25), flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES))
@@ -87,6 +103,7 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--skip-loop", action="store_true", help="do not time the plain HFRollout loop")
     p.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny shape, small batch")
+    p.add_argument("--profile", action="store_true", help="time prefill and one decode step; top CUDA kernels")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     if args.tiny:
@@ -119,6 +136,8 @@ def main() -> None:
             print(f"{shape:13s} batch {batch:4d}: generate {new_tokens / t_ref:9.0f} tok/s |{loop_txt}"
                   f"  static+graphs {new_tokens / t_fast:9.0f} tok/s | x{t_ref / t_fast:.1f}"
                   f"  (first call incl. capture {warm:.1f} s)", flush=True)
+        if args.profile:
+            profile(fast, prompts, sp, device)
         # same distribution: returned log-probs vs a teacher-forced forward; greedy vs the plain loop
         g = torch.Generator().manual_seed(1)
         prompts = torch.randint(1, vocab, (8, args.prompt_len), generator=g).tolist()

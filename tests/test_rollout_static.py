@@ -107,3 +107,16 @@ def test_build_rollout_by_name(tok):
     roll.sleep()  # frees the cache; generating again reallocates it
     roll.wake()
     assert len(roll.generate(prompts_of(tok)[:2], SamplingParams(max_new_tokens=3, seed=0))[1].token_ids) == 3
+
+
+def test_update_weights_reaches_the_fused_matrices(tok):
+    """The q|k|v and gate|up matrices are views' bases: an in-place weight update must change the decode."""
+    old, new = tiny_model(len(tok), kind="qwen2", seed=21), tiny_model(len(tok), kind="qwen2", seed=22)
+    prompts = prompts_of(tok)
+    sp = SamplingParams(greedy=True, max_new_tokens=12)
+    fast = StaticRollout(old, tok, eos_token_ids=[], max_model_len=64)
+    before = fast.generate(prompts, sp)
+    fast.update_weights(new.state_dict())
+    after = fast.generate(prompts, sp)
+    assert after == HFRollout(new, tok, eos_token_ids=[]).generate(prompts, sp)
+    assert after != before

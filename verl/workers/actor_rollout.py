@@ -32,7 +32,7 @@ class ActorRolloutWorker(ActorWorker):
         super().init_model()
         tokenizer = load_tokenizer(self.config.tokenizer)
         cfg = {**self.rollout_cfg, "device": str(self.device)}
-        if cfg.get("name", "hf") == "hf":
+        if cfg.get("name", "hf") in ("hf", "hf_static"):  # transformers backends decode a copy of the actor
             dtype = to_dtype(self.config.dtype) if self.device.type == "cuda" else torch.float32
             copy = load_model(self.config.model, dtype, role="actor", seed=self.config.seed).to(self.device).eval()
             self.rollout = build_rollout(cfg, model=copy, tokenizer=tokenizer)

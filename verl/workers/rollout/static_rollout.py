@@ -72,12 +72,39 @@ class StaticRollout(HFRollout):
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim, self.scaling = attn.head_dim, attn.scaling
         self._state: dict | None = None  # cache and step buffers, allocated on first use
+        self._fused: list[dict] = []  # per layer: qkv / gate_up weights that the HF parameters view
         self._graphs: dict = {}
 
     # ---- buffers -----------------------------------------------------------------------
 
+    def _fuse_weights(self) -> None:
+        """Concatenate q|k|v and gate|up weights and make the HF parameters views into them.
+
+        One matmul instead of three (two), no extra memory, and `update_weights` (which copies
+        into the parameters in place) keeps the fused tensors current. `sleep` moves the
+        parameters to new storage, so this runs again after every wake."""
+        self._fused = []
+        with torch.no_grad():
+            for layer in self.model.model.layers:
+                a, m = layer.self_attn, layer.mlp
+                fused = {}
+                for name, mods in (("qkv", (a.q_proj, a.k_proj, a.v_proj)), ("gate_up", (m.gate_proj, m.up_proj))):
+                    for attr in ("weight", "bias"):
+                        parts = [getattr(mod, attr) for mod in mods]
+                        if any(p is None for p in parts):
+                            fused[f"{name}_{attr}"] = None
+                            continue
+                        whole = torch.cat([p.data for p in parts])  # (sum of out features, ...)
+                        start = 0
+                        for p in parts:
+                            p.data = whole[start:start + p.shape[0]]
+                            start += p.shape[0]
+                        fused[f"{name}_{attr}"] = whole
+                self._fused.append(fused)
+
     def _buffers(self) -> dict:
         if self._state is None:
+            self._fuse_weights()
             rows, cols, dev = self.max_batch_size, self.max_model_len, self.device
             dtype = self.model.get_input_embeddings().weight.dtype
             shape = (rows, self.n_kv, cols, self.head_dim)
@@ -112,31 +139,32 @@ class StaticRollout(HFRollout):
         return (emb.cos() * rope.attention_scaling).to(dtype), (emb.sin() * rope.attention_scaling).to(dtype)
 
     @staticmethod
-    def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+    def _norm(x: torch.Tensor, norm) -> torch.Tensor:
+        return F.rms_norm(x, x.shape[-1:], norm.weight, norm.variance_epsilon)
 
     def _layers(self, h: torch.Tensor, pos: torch.Tensor, attend) -> torch.Tensor:
         """Run every decoder layer; `attend(layer_index, q, k, v)` does the cache write and attention.
 
         h: (rows, T, hidden); pos: (rows, T); q: (rows, heads, T, head_dim), k/v: (rows, kv, T, head_dim)."""
         rows, T, _ = h.shape
+        H, KV, D = self.n_heads, self.n_kv, self.head_dim
         cos, sin = self._rotary(pos, h.dtype)
-        cos, sin = cos[:, None], sin[:, None]  # (rows, 1, T, head_dim)
+        cos, sin = cos[:, :, None], sin[:, :, None]  # (rows, T, 1, head_dim): broadcast over heads
         for i, layer in enumerate(self.model.model.layers):
-            a = layer.self_attn
-            x = layer.input_layernorm(h)
-            q = a.q_proj(x).view(rows, T, self.n_heads, self.head_dim).transpose(1, 2)
-            k = a.k_proj(x).view(rows, T, self.n_kv, self.head_dim).transpose(1, 2)
-            v = a.v_proj(x).view(rows, T, self.n_kv, self.head_dim).transpose(1, 2)
-            o = attend(i, self._rope(q, cos, sin), self._rope(k, cos, sin), v)  # (rows, heads, T, head_dim)
-            h = h + a.o_proj(o.transpose(1, 2).reshape(rows, T, -1))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            w = self._fused[i]
+            qkv = F.linear(self._norm(h, layer.input_layernorm), w["qkv_weight"], w["qkv_bias"])
+            qkv = qkv.view(rows, T, H + 2 * KV, D)
+            qk = qkv[:, :, :H + KV]  # rotary on queries and keys at once
+            qk = qk * cos + torch.cat([-qk[..., D // 2:], qk[..., :D // 2]], dim=-1) * sin
+            q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
+            o = attend(i, q, k, qkv[:, :, H + KV:].transpose(1, 2))  # (rows, heads, T, head_dim)
+            h = h + layer.self_attn.o_proj(o.transpose(1, 2).reshape(rows, T, H * D))
+            gate, up = F.linear(self._norm(h, layer.post_attention_layernorm), w["gate_up_weight"]).chunk(2, dim=-1)
+            h = h + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
         return h
 
     def _logits(self, h_last: torch.Tensor) -> torch.Tensor:
-        return self.model.lm_head(self.model.model.norm(h_last)).float()  # (rows, vocab)
+        return self.model.lm_head(self._norm(h_last, self.model.model.norm)).float()  # (rows, vocab)
 
     # ---- prefill: the prompt into the cache, eager, in row chunks ---------------------------------
 
@@ -196,7 +224,9 @@ class StaticRollout(HFRollout):
         cols = st["arange"][:span]
         # prompt columns of this row, and every generated column up to the current one
         allowed = st["prompt_ok"][:rows, :span] | ((cols >= st["width"]) & (cols <= st["col"]))  # (rows, span)
-        mask = allowed[:, None, None, :]                                  # (rows, 1, 1, span)
+        dtype = self.model.get_input_embeddings().weight.dtype
+        bias = torch.zeros(rows, 1, 1, span, dtype=dtype, device=cols.device)  # 0 where allowed, -inf elsewhere
+        bias.masked_fill_(~allowed[:, None, None, :], float("-inf"))
         g = self.n_heads // self.n_kv
 
         def attend(i, q, k, v):
@@ -204,9 +234,9 @@ class StaticRollout(HFRollout):
             kc.index_copy_(2, st["col"], k)
             vc.index_copy_(2, st["col"], v)
             # grouped heads share their kv head without copying it: (rows, kv, g, d) @ (rows, kv, d, span)
-            qg = q.reshape(rows, self.n_kv, g, self.head_dim)
-            scores = torch.matmul(qg, kc[:, :, :span].transpose(-1, -2)).float() * self.scaling
-            probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)  # (rows, kv, g, span)
+            qg = q.reshape(rows, self.n_kv, g, self.head_dim) * self.scaling
+            scores = torch.matmul(qg, kc[:, :, :span].transpose(-1, -2)) + bias
+            probs = torch.softmax(scores, -1, dtype=torch.float32).to(dtype)  # (rows, kv, g, span)
             return torch.matmul(probs, vc[:, :, :span]).reshape(rows, self.n_heads, 1, self.head_dim)
 
         h = self.model.model.embed_tokens(st["tok"][:rows, None])         # (rows, 1, hidden)

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The embedded pipeline at a scale the CPU cannot reach (one GPU): a ~270M-parameter Llama
+# built from a config, supervised warm start on noisy oracle trajectories, then PPO against
+# the simulated pool twice from the same warm start (alpha 0 and alpha $ALPHA, run side by
+# side on the one GPU), then all three policies evaluated on the held-out test questions.
+#
+#   bash scripts/pipeline_gpu.sh                  # defaults below; outputs under $OUT
+#   STEPS=5 N_ORACLE=200 MODEL='{...}' DEVICE=cpu bash scripts/pipeline_gpu.sh   # a smoke run
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${OUT:-outputs/gpu_pipeline}
+DEVICE=${DEVICE:-cuda}
+N_ORACLE=${N_ORACLE:-4000}
+ORACLE_FLAGS=${ORACLE_FLAGS:---noise 0.3}
+SFT_EPOCHS=${SFT_EPOCHS:-3}
+STEPS=${STEPS:-60}
+ALPHA=${ALPHA:-0.6}
+BATCH=${BATCH:-64}
+EVAL_LIMIT=${EVAL_LIMIT:-500}
+MODEL=${MODEL:-'{"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 2048, "tie_word_embeddings": true, "rope_theta": 10000.0}'}
+export TOKENIZERS_PARALLELISM=false
+mkdir -p "$OUT"
+start=$(date +%s)
+stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
+
+stage "oracle trajectories, tokenizer; QA data"
+$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" $ORACLE_FLAGS --report
+$PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" \
+  --train-size 2000 --val-size 200 --test-size "$EVAL_LIMIT"
+
+stage "supervised warm start"
+$PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$MODEL" --tokenizer "$OUT/oracle/tokenizer" \
+  --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr 3e-4 --batch-size 32 --context-loss-weight 1.0 --device "$DEVICE"
+cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"
+
+stage "simulated pool server"
+LOG="$OUT/pool_server.log"
+$PY -m router_r1.pool.server --backend sim --pool configs/pool/sim.yaml --port 0 --latency-scale 0 >"$LOG" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grep -q "listening on" "$LOG" 2>/dev/null && break; sleep 0.2; done
+URL=$(grep -o "http://[^ ]*/v1" "$LOG" | head -1)
+[ -n "$URL" ] || { echo "pool server did not start; see $LOG" >&2; exit 1; }
+
+stage "PPO, alpha 0 and alpha $ALPHA side by side"
+ppo() {  # $1 = alpha, $2 = output dir
+  $PY -m verl.trainer.main_ppo --config-name embedded \
+    "data.train_files=[$OUT/data/train.parquet]" "data.val_files=[$OUT/data/val.parquet]" \
+    data.train_batch_size="$BATCH" data.val_batch_size=200 \
+    "model.path=$OUT/sft" "model.tokenizer=$OUT/sft" model.dtype=auto trainer.device="$DEVICE" \
+    rollout.name=hf_static rollout.max_batch_size=$((BATCH * 2)) \
+    actor.lr=2e-5 actor.ppo_mini_batch_size=$((BATCH / 2)) actor.ppo_micro_batch_size=$((BATCH / 2)) \
+    critic.lr=1e-4 critic.ppo_mini_batch_size=$((BATCH / 2)) critic.ppo_micro_batch_size=$((BATCH / 2)) \
+    env.pool_url="$URL" env.alpha="$1" trainer.total_steps="$STEPS" trainer.test_freq=10 \
+    trainer.output_dir="$2" trainer.experiment_name="gpu_alpha$1" > "$2.log" 2>&1
+}
+ppo 0.0 "$OUT/ppo_alpha0" & A=$!
+ppo "$ALPHA" "$OUT/ppo_alpha$ALPHA" & B=$!
+wait $A || { tail -30 "$OUT/ppo_alpha0.log"; exit 1; }
+wait $B || { tail -30 "$OUT/ppo_alpha$ALPHA.log"; exit 1; }
+for d in "$OUT/ppo_alpha0" "$OUT/ppo_alpha$ALPHA"; do cp "$OUT/oracle/prompt_template.txt" "$d/hf/"; done
+
+stage "evaluation on $EVAL_LIMIT test questions (greedy)"
+$PY -m router_r1.eval.evaluate --data "$OUT/data/test.parquet" --pool configs/pool/sim.yaml --pool-url "$URL" \
+  --greedy --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 --device "$DEVICE" \
+  --batch-size 256 --checkpoint "$OUT/sft" --checkpoint "$OUT/ppo_alpha0/hf" --checkpoint "$OUT/ppo_alpha$ALPHA/hf" \
+  --out "$OUT/eval"
+stage "done"
