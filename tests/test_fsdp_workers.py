@@ -85,7 +85,10 @@ def assert_same_weights(a: dict, b: dict, atol=1e-6):
 
 
 # ---------------------------------------------------------------- (1) 2 processes
-DIST_CFG = dict(ppo_epochs=2, entropy_coef=0.01, kl_loss_coef=0.1, max_tokens_per_micro_batch=16)
+# Packed rows and small log-prob chunks, so the sharded run also covers padding removal and
+# the head running inside the root module's forward (where FSDP2 gathers its weight).
+DIST_CFG = dict(ppo_epochs=2, entropy_coef=0.01, kl_loss_coef=0.1, max_tokens_per_micro_batch=16,
+                log_prob_max_tokens_per_micro_batch=40, use_remove_padding=True, logprob_chunk_size=5)
 
 
 def dist_batch(seed=3):

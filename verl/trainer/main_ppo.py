@@ -41,14 +41,16 @@ def worker_configs(cfg: DictConfig, tokenizer) -> tuple[ActorConfig, CriticConfi
     critic_model = policy if m.critic_path is None else spec_for_tokenizer(m.critic_path, tokenizer)
     dtype = "bfloat16" if m.dtype in ("auto", "bf16", "bfloat16") else "float32"
     shared = dict(tokenizer=tokenizer, dtype=dtype, seed=m.seed, gradient_checkpointing=m.gradient_checkpointing,
-                  param_offload=a.param_offload)
+                  param_offload=a.param_offload, use_remove_padding=a.use_remove_padding,
+                  log_prob_max_tokens_per_micro_batch=a.log_prob_max_tokens_per_micro_batch)
     actor = ActorConfig(
         model=policy, lr=a.lr, betas=tuple(a.betas), weight_decay=a.weight_decay, grad_clip=a.grad_clip,
         warmup_steps=a.warmup_steps, ppo_epochs=a.ppo_epochs, ppo_mini_batch_size=a.ppo_mini_batch_size,
         micro_batch_size=a.ppo_micro_batch_size, max_tokens_per_micro_batch=a.max_tokens_per_micro_batch,
         loss_agg_mode=a.loss_agg_mode, clip_low=a.clip_ratio_low, clip_high=a.clip_ratio_high,
         dual_clip_c=a.dual_clip_c, entropy_coef=a.entropy_coef,
-        kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0, kl_loss_kind=a.kl_loss_type, **shared)
+        kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0, kl_loss_kind=a.kl_loss_type,
+        logprob_chunk_size=a.logprob_chunk_size, **shared)
     critic = CriticConfig(
         model=critic_model, lr=c.lr, weight_decay=c.weight_decay, grad_clip=c.grad_clip, ppo_epochs=c.ppo_epochs,
         ppo_mini_batch_size=c.ppo_mini_batch_size, micro_batch_size=c.ppo_micro_batch_size,

@@ -18,13 +18,15 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from verl.algos.logprob import chunked_logprobs
 from verl.algos.losses import agg_loss, entropy_from_logits, kl_loss, logprobs_from_logits, policy_loss
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker, register
 from verl.workers import fsdp
 from verl.workers.config import ActorConfig, WorkerConfig
-from verl.workers.micro_batch import SEQ_KEYS, loss_units, make_micro_batches, pad_response, split_rows, trim_padding
-from verl.workers.model_loader import load_model, to_dtype
+from verl.workers.micro_batch import (SEQ_KEYS, loss_units, make_micro_batches, pack_rows, pad_response,
+                                      response_logit_index, split_rows, trim_padding)
+from verl.workers.model_loader import PACKED_ATTENTION, load_model, to_dtype
 
 
 class FSDPWorker(Worker):
@@ -44,7 +46,8 @@ class FSDPWorker(Worker):
         # Trained weights stay fp32 (the optimizer's master copy); the reference only runs forwards.
         load_dtype = torch.float32 if self.trainable else compute_dtype
         model = load_model(cfg.model, load_dtype, role="critic" if self.role == "critic" else "actor",
-                           seed=cfg.seed, gradient_checkpointing=cfg.gradient_checkpointing and self.trainable)
+                           seed=cfg.seed, gradient_checkpointing=cfg.gradient_checkpointing and self.trainable,
+                           attn_implementation=PACKED_ATTENTION if cfg.use_remove_padding else None)
         self.autocast_dtype = None
         if self.world_size > 1:
             if not cfg.param_offload:
@@ -65,21 +68,51 @@ class FSDPWorker(Worker):
                 self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
 
     # ------------------------------------------------------------------ helpers
-    def _micro_batches(self, data: DataProto) -> list[np.ndarray]:
-        """Row indices per micro-batch; every rank gets the same count (FSDP's collectives pair up)."""
+    def _micro_batches(self, data: DataProto, no_grad: bool = False) -> list[np.ndarray]:
+        """Row indices per micro-batch; every rank gets the same count (FSDP's collectives pair up).
+        `no_grad` passes use log_prob_max_tokens_per_micro_batch when it is set."""
         cfg = self.config
-        if cfg.max_tokens_per_micro_batch:
-            k = len(make_micro_batches(data, cfg.max_tokens_per_micro_batch))
+        budget = cfg.max_tokens_per_micro_batch
+        if no_grad and cfg.log_prob_max_tokens_per_micro_batch:
+            budget = cfg.log_prob_max_tokens_per_micro_batch
+        if budget:
+            k = len(make_micro_batches(data, budget))
             k = int(self.all_reduce(k, "max"))
-            return make_micro_batches(data, cfg.max_tokens_per_micro_batch, min_num=k)
+            return make_micro_batches(data, budget, min_num=k)
         k = int(self.all_reduce(math.ceil(len(data) / cfg.micro_batch_size), "max"))
         return split_rows(len(data), cfg.micro_batch_size, min_num=k)
+
+    def _inputs(self, mb: DataProto, response_len: int):
+        """Model kwargs for a micro-batch, packed into one row when use_remove_padding, and where
+        its outputs score the response: (kwargs, index, real). The per-position outputs, flattened
+        to (batch * seq, ...) or (total, ...), score the n real response tokens at `index` (n,);
+        `real` (batch, response_len) marks their places."""
+        ids, attn, pos = (mb.batch[k] for k in SEQ_KEYS)
+        packed = self.config.use_remove_padding
+        index, real = response_logit_index(attn, response_len, packed)
+        if not packed:
+            return dict(input_ids=ids, attention_mask=attn, position_ids=pos), index, real
+        if self.model.config._attn_implementation != PACKED_ATTENTION:
+            raise RuntimeError("use_remove_padding needs the model loaded with it on (attention would cross rows)")
+        p = pack_rows(ids, attn, pos)
+        # An all-ones mask lets transformers skip building a (total, total) packed-sequence mask;
+        # the packed attention keeps each sequence to itself through cu_seq_lens.
+        kwargs = dict(input_ids=p.input_ids, attention_mask=torch.ones_like(p.input_ids), position_ids=p.position_ids,
+                      cu_seq_lens_q=p.cu_seqlens, cu_seq_lens_k=p.cu_seqlens, max_length_q=p.max_len,
+                      max_length_k=p.max_len)
+        return kwargs, index, real
 
     def _mini_batch_rows(self) -> int:
         size = self.config.ppo_mini_batch_size
         if size % self.world_size:
             raise ValueError(f"ppo_mini_batch_size={size} must be divisible by the world size {self.world_size}")
         return size // self.world_size
+
+    def _no_grad(self):
+        """inference_mode (no autograd state at all) for the plain module. FSDP2 allocates its
+        gathered-weight buffers on first use; made under inference_mode they could not be
+        written again in training, so sharded models get no_grad."""
+        return torch.no_grad() if self.world_size > 1 else torch.inference_mode()
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
@@ -119,6 +152,41 @@ class ActorWorker(FSDPWorker):
 
     def _log_prob(self, mb: DataProto, temperature: float, with_entropy: bool):
         """(log p(response token), entropy or None), each (batch, response_len), 0 on padding."""
+        cfg = self.config
+        if cfg.logprob_chunk_size is None and not cfg.use_remove_padding:
+            return self._log_prob_full_vocab(mb, temperature, with_entropy)
+        resp_len = mb.batch["responses"].shape[1]
+        keep = resp_len
+        if not cfg.use_remove_padding:
+            mb, keep = trim_padding(mb)
+        kwargs, index, real = self._inputs(mb, keep)
+        labels = mb.batch["responses"][:, :keep][real]  # (n,)
+        head = self.model.get_output_embeddings()
+
+        def head_forward(hidden):  # (batch, seq, hidden) or (1, total, hidden)
+            # Under autocast the head's matmul runs in the compute dtype: cast the weight once, not per chunk.
+            weight = head.weight if self.autocast_dtype is None else head.weight.to(self.autocast_dtype)
+            lp, ent = chunked_logprobs(hidden.reshape(-1, hidden.shape[-1])[index], weight, labels, head.bias,
+                                       temperature, with_entropy, cfg.logprob_chunk_size or max(len(labels), 1))
+            return torch.stack([lp, ent]) if with_entropy else lp[None]  # (1 or 2, n)
+
+        # The head runs inside the model's forward because FSDP2 gathers its (root-level) weight
+        # only there; swapped in, it returns per-token log-probs where the logits would be.
+        head.forward = head_forward
+        try:
+            with self._autocast():
+                scores = self.model(**kwargs, use_cache=False, logits_to_keep=0).logits  # (1 or 2, n)
+        finally:
+            del head.forward
+        logp, entropy = scores[0], (scores[1] if with_entropy else None)
+        zeros = torch.zeros(real.shape, device=logp.device)  # (batch, keep)
+        logp = pad_response(zeros.index_put((real,), logp), resp_len)
+        if with_entropy:
+            entropy = pad_response(zeros.index_put((real,), entropy), resp_len)
+        return logp, entropy
+
+    def _log_prob_full_vocab(self, mb: DataProto, temperature: float, with_entropy: bool):
+        """The reference path: padded rows, (batch, kept, vocab) float32 logits."""
         resp_len = mb.batch["responses"].shape[1]
         mb, keep = trim_padding(mb)
         with self._autocast():
@@ -141,8 +209,8 @@ class ActorWorker(FSDPWorker):
         logp = torch.zeros(n, resp_len)  # (batch, response_len)
         entropy = torch.zeros(n, resp_len) if with_entropy else None
         self.model.eval()
-        with torch.no_grad():
-            for idx in self._micro_batches(data):
+        with self._no_grad():
+            for idx in self._micro_batches(data, no_grad=True):
                 lp, ent = self._log_prob(data[idx].to(self.device), temperature, with_entropy)
                 idx = torch.as_tensor(idx)
                 logp[idx] = lp.cpu()  # back to the original row order

@@ -23,6 +23,12 @@ class WorkerConfig:
     ppo_mini_batch_size: int = 32  # rows of the GLOBAL batch per optimizer step
     micro_batch_size: int = 8  # rows per forward/backward when no token budget is set
     max_tokens_per_micro_batch: int | None = None  # dynamic micro-batching by real tokens
+    # Budget for the no-grad passes (log-probs, ref, values): no activations kept, so it can be
+    # several times the training budget. None: the training budget / micro_batch_size.
+    log_prob_max_tokens_per_micro_batch: int | None = None
+    # Pack each micro-batch's rows into one row without padding (loads the model with
+    # model_loader.PACKED_ATTENTION, which keeps attention inside each sequence).
+    use_remove_padding: bool = False
     loss_agg_mode: str = "token-mean"
     gradient_checkpointing: bool = False
     param_offload: bool = False  # FSDP2 CPUOffloadPolicy: params, grads and optimizer state on CPU
@@ -37,6 +43,9 @@ class ActorConfig(WorkerConfig):
     entropy_coef: float = 0.0
     kl_loss_coef: float = 0.0  # > 0 adds a KL(policy || ref) term to the loss (GRPO style)
     kl_loss_kind: str = "k3"
+    # Log-probs from hidden states, this many positions' float32 logits at a time (recomputed
+    # in backward); None: the full (batch, len, vocab) float32 logits (the reference path).
+    logprob_chunk_size: int | None = 2048
 
 
 @dataclass

@@ -21,21 +21,23 @@ class CriticWorker(FSDPWorker):
     def _values(self, mb: DataProto) -> torch.Tensor:
         """V(state before each response token), (batch, response_len), 0 on padding."""
         resp_len = mb.batch["responses"].shape[1]
-        mb, keep = trim_padding(mb)
-        with self._autocast():
-            out = self.model(input_ids=mb.batch["input_ids"], attention_mask=mb.batch["attention_mask"],
-                             position_ids=mb.batch["position_ids"])
+        keep = resp_len
+        if not self.config.use_remove_padding:
+            mb, keep = trim_padding(mb)
         # Same shift as the policy: position t's output scores the state that produces token t+1.
-        values = out.logits[:, -keep - 1 : -1, 0].float()  # (batch, keep)
-        return pad_response(values * mb.batch["attention_mask"][:, -keep:], resp_len)
+        kwargs, index, real = self._inputs(mb, keep)
+        with self._autocast():
+            out = self.model(**kwargs)
+        values = out.logits.reshape(-1)[index].float()  # (n,)
+        return pad_response(torch.zeros(real.shape, device=values.device).index_put((real,), values), resp_len)
 
     @register("dp")
     def compute_values(self, data: DataProto) -> DataProto:
         data = data.select(list(SEQ_KEYS) + ["responses"])
         values = torch.zeros(data.batch["responses"].shape)  # (batch, response_len)
         self.model.eval()
-        with torch.no_grad():
-            for idx in self._micro_batches(data):
+        with self._no_grad():
+            for idx in self._micro_batches(data, no_grad=True):
                 values[torch.as_tensor(idx)] = self._values(data[idx].to(self.device)).cpu()
         return DataProto.from_dict({"values": values})
 

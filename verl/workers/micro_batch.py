@@ -1,4 +1,5 @@
-"""Micro-batches: pack rows by a token budget, trim all-padding columns, weight each loss.
+"""Micro-batches: group rows by a token budget, trim all-padding columns or remove padding
+by packing the rows into one, weight each loss.
 
 Batch layout: `input_ids` / `attention_mask` / `position_ids` are (batch, prompt_len +
 response_len), left-padded prompt then right-padded response; response-aligned tensors
@@ -7,6 +8,7 @@ response_len), left-padded prompt then right-padded response; response-aligned t
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -97,3 +99,41 @@ def loss_units(response_mask: torch.Tensor, agg_mode: str) -> int:
     if agg_mode == "seq-mean-token-sum-norm":
         return m.shape[0]
     raise ValueError(f"unknown loss_agg_mode {agg_mode!r}")
+
+
+@dataclass
+class Packed:
+    """The real tokens of a micro-batch's rows, concatenated into one row."""
+
+    input_ids: torch.Tensor  # (1, total)
+    position_ids: torch.Tensor  # (1, total): each row's own positions, restarting per row
+    cu_seqlens: torch.Tensor  # (rows + 1,) int32: where each row starts in the packed row
+    max_len: int  # longest row, for varlen attention kernels
+
+
+def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> Packed:
+    """Drop every padding token: rows (batch, seq) -> one row (1, total real tokens)."""
+    real = attention_mask.bool()
+    lengths = real.sum(-1)  # (batch,)
+    if not bool((lengths > 0).all()):
+        raise ValueError(f"rows {(lengths == 0).nonzero().flatten().tolist()} have no real token; cannot pack them")
+    cu = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)  # (batch + 1,)
+    return Packed(input_ids[real][None], position_ids[real][None], cu, int(lengths.max()))
+
+
+def response_logit_index(attention_mask: torch.Tensor, response_len: int, packed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the output that scores each real response token sits: (flat index (n,), real (batch, response_len)).
+
+    Position t's output predicts token t+1, so a response token at column c is scored by
+    the last real token before it. The index points into the model's outputs flattened to
+    (batch * seq, ...) for padded rows, or to (total, ...) for `pack_rows`' packed row.
+    """
+    batch, seq = attention_mask.shape
+    real = attention_mask[:, seq - response_len :].bool()  # (batch, response_len)
+    if packed:
+        lengths = attention_mask.sum(-1)
+        starts = lengths.cumsum(0) - lengths  # (batch,)
+        pos = attention_mask.cumsum(-1) - 1 + starts[:, None]  # (batch, seq): packed index of real tokens
+    else:
+        pos = torch.arange(batch * seq, device=attention_mask.device).view(batch, seq)
+    return pos[:, seq - response_len - 1 : -1][real], real

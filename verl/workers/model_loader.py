@@ -6,16 +6,27 @@ A spec is one of:
   - anything else: an HF directory or hub id for `from_pretrained`.
 The critic is `AutoModelForTokenClassification(num_labels=1)` when the model type has
 that class; otherwise (e.g. opt, gemma3_text) the backbone gets a linear value head.
+
+`attn_implementation=PACKED_ATTENTION` selects an attention that is sdpa for ordinary
+padded batches and, for a packed row (see micro_batch.pack_rows, forward kwargs
+`cu_seq_lens_q` / `max_length_q`), causal attention inside each sequence only: flash
+varlen (torch.nn.attention.varlen) on CUDA, one sdpa call per sequence elsewhere.
 """
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
+import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
+from transformers import AttentionInterface, AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_outputs import TokenClassifierOutput
 from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES
+
+PACKED_ATTENTION = "verl_packed"
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -45,6 +56,61 @@ class ValueHeadModel(nn.Module):
         return TokenClassifierOutput(logits=self.score(hidden))  # (batch, seq, 1)
 
 
+def _varlen_flash(q, k, v, cu, max_len: int, scaling: float | None):
+    """Causal flash attention over packed sequences; q (total, heads, dim), k/v (total, kv_heads, dim)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = inspect.signature(varlen_attn).parameters  # the signature changed between torch 2.10 and 2.12
+    kwargs = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
+    if "scale" in params:
+        kwargs["scale"] = scaling
+    elif scaling is not None and abs(scaling - q.shape[-1] ** -0.5) > 1e-9:
+        raise RuntimeError(f"this torch's varlen_attn has no scale argument; the model needs scale {scaling}")
+    if k.shape[1] != q.shape[1]:
+        if "enable_gqa" in params:
+            kwargs["enable_gqa"] = True
+        else:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kwargs)
+
+
+def packed_attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
+                             scaling: float | None = None, cu_seq_lens_q=None, max_length_q=None, **kwargs):
+    """sdpa for padded batches; for one packed row, causal attention that stays inside each sequence.
+
+    query (1, heads, total, dim), key/value (1, kv_heads, total, dim) -> (1, total, heads, dim).
+    """
+    if cu_seq_lens_q is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    if query.shape[0] != 1:
+        raise ValueError(f"packed attention expects one packed row, got batch {query.shape[0]}")
+    if dropout:
+        raise ValueError("packed attention does not implement attention dropout")
+    if query.is_cuda:
+        # Rotary embeddings in float32 can promote q/k out of autocast's dtype; sdpa would cast back.
+        dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else query.dtype
+        if dtype in (torch.bfloat16, torch.float16):
+            q, k, v = (x[0].transpose(0, 1).to(dtype) for x in (query, key, value))  # (total, heads, dim)
+            out = _varlen_flash(q, k, v, cu_seq_lens_q, int(max_length_q), scaling)
+            return out[None], None
+    # Reference path (CPU, float32): one causal sdpa call per sequence.
+    groups = query.shape[1] // key.shape[1]
+    bounds = cu_seq_lens_q.tolist()
+    parts = []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        qs = query[:, :, start:end]
+        ks = key[:, :, start:end].repeat_interleave(groups, dim=1)
+        vs = value[:, :, start:end].repeat_interleave(groups, dim=1)
+        parts.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scaling))
+    return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(PACKED_ATTENTION, packed_attention_forward)
+AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)  # padded batches get sdpa's masks
+
+
 def _config_and_source(spec) -> tuple:
     """(config, pretrained source kwargs or None for a random init)."""
     if isinstance(spec, dict):
@@ -66,8 +132,9 @@ def _config_and_source(spec) -> tuple:
 
 
 def load_model(spec, dtype: str | torch.dtype = torch.float32, role: str = "actor", seed: int = 0,
-               gradient_checkpointing: bool = False) -> nn.Module:
-    """Load a causal LM (role actor/ref/rollout) or a one-output critic (role critic) on CPU."""
+               gradient_checkpointing: bool = False, attn_implementation: str | None = None) -> nn.Module:
+    """Load a causal LM (role actor/ref/rollout) or a one-output critic (role critic) on CPU.
+    `attn_implementation` None keeps transformers' default (sdpa)."""
     dtype = to_dtype(dtype)
     config, src = _config_and_source(spec)
     critic = role == "critic"
@@ -81,10 +148,11 @@ def load_model(spec, dtype: str | torch.dtype = torch.float32, role: str = "acto
         auto = AutoModel if critic else AutoModelForCausalLM
     with torch.random.fork_rng(devices=[]):  # seeded init that leaves the caller's RNG alone
         torch.manual_seed(seed)
+        attn = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
         if src is None:
-            model = auto.from_config(config, dtype=dtype)
+            model = auto.from_config(config, dtype=dtype, **attn)
         else:
-            model = auto.from_pretrained(config=config, dtype=dtype, **src)
+            model = auto.from_pretrained(config=config, dtype=dtype, **attn, **src)
         if critic and auto is AutoModel:
             model = ValueHeadModel(model).to(dtype)
     if getattr(model, "hf_quantizer", None) is not None:  # GGUF weights arrive dequantized
@@ -92,14 +160,21 @@ def load_model(spec, dtype: str | torch.dtype = torch.float32, role: str = "acto
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
     if gradient_checkpointing:
-        _enable_checkpointing(model.model if isinstance(model, ValueHeadModel) else model)
+        set_checkpointing(model, True)
     return model
 
 
-def _enable_checkpointing(model: nn.Module) -> None:
+def set_checkpointing(model: nn.Module, enabled: bool) -> None:
+    """Turn activation (gradient) checkpointing of the decoder layers on or off."""
+    if isinstance(model, ValueHeadModel):
+        model = model.model
+    new_api = hasattr(model, "activation_checkpointing_enable")  # transformers >= 5
+    if not enabled:
+        (model.activation_checkpointing_disable if new_api else model.gradient_checkpointing_disable)()
+        return
     # Non-reentrant checkpointing works with FSDP2 and with inputs that need no grad.
     kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+    if new_api:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

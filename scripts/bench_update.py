@@ -1,0 +1,260 @@
+"""Actor update + log-prob pass throughput: the reference path vs ours, side by side, in one run.
+
+reference: fixed micro-batches of --ref-micro-batch-size padded rows, gradient checkpointing
+           on, full (batch, len, vocab) float32 logits.
+ours:      rows packed without padding into token-budget micro-batches, log-probs from
+           hidden states in chunks, checkpointing on or off (--ours, several variants allowed;
+           the fastest update that ran is reported as "ours").
+Both run through the real ActorWorker (compute_log_prob, then update_actor) on one
+random-init model, so the weights, data and optimizer are the same.
+
+MFU = 6 * params * real tokens / time / peak for the update (2 * params * tokens for the
+log-prob pass), attention excluded, as is usual; "+attn" adds the causal attention matmuls
+(6 * L^2 * hidden * layers per sequence of length L for the update, 2 * L^2 * ... forward).
+
+    python scripts/bench_update.py --shape qwen2.5-3b --out docs/results/bench_update_3b.json
+    python scripts/bench_update.py --tiny          # a CPU smoke run in seconds
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from verl.protocol import DataProto  # noqa: E402
+from verl.workers.actor import ActorWorker  # noqa: E402
+from verl.workers.config import ActorConfig  # noqa: E402
+from verl.workers.model_loader import set_checkpointing  # noqa: E402
+
+QWEN2 = dict(model_type="qwen2", vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
+             rms_norm_eps=1e-6, tie_word_embeddings=True)
+SHAPES = {
+    "qwen2.5-3b": dict(QWEN2, hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
+                       intermediate_size=11008),
+    "qwen2.5-0.5b": dict(QWEN2, hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                         intermediate_size=4864),
+    "tiny": dict(model_type="qwen2", vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256, tie_word_embeddings=True),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-3b")
+    p.add_argument("--tiny", action="store_true", help="tiny model and batch; runs on CPU in seconds")
+    p.add_argument("--rows", type=int, default=64, help="trajectories in the batch (the reference: 64 per step)")
+    p.add_argument("--mini-batch", type=int, default=32, help="rows per optimizer step")
+    p.add_argument("--prompt", type=int, nargs=2, default=(256, 1024), metavar=("MIN", "MAX"))
+    p.add_argument("--response", type=int, nargs=2, default=(64, 1024), metavar=("MIN", "MAX"))
+    p.add_argument("--ref-micro-batch-size", type=int, default=8)
+    p.add_argument("--ours", default="1:32768:65536,1:16384:65536,0:8192:65536,0:12288:65536",
+                   help="variants of ours, comma-separated CKPT:TRAIN_TOKENS:LOG_PROB_TOKENS (CKPT 1/0)")
+    p.add_argument("--chunk", type=int, default=2048, help="ours: positions per float32 logits chunk")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--iters", type=int, default=2)
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H200 SXM: 989)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.shape, args.rows, args.mini_batch = "tiny", 8, 4
+        args.prompt, args.response, args.ref_micro_batch_size = (8, 24), (4, 24), 2
+        args.ours, args.warmup, args.iters = "1:64:256,0:48:256", 0, 1
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    return args
+
+
+def parse_variants(text: str) -> list[dict]:
+    out = []
+    for item in text.split(","):
+        try:
+            ckpt, train, log_prob = (int(x) for x in item.split(":"))
+        except ValueError:
+            raise SystemExit(f"--ours: {item!r} is not CKPT:TRAIN_TOKENS:LOG_PROB_TOKENS")
+        out.append(dict(checkpointing=bool(ckpt), max_tokens=train, log_prob_max_tokens=log_prob))
+    return out
+
+
+def make_batch(args, vocab: int) -> DataProto:
+    """Variable-length trajectories in our layout: left-padded prompt, right-padded response."""
+    g = torch.Generator().manual_seed(args.seed)
+    n, (p_lo, p_hi), (r_lo, r_hi) = args.rows, args.prompt, args.response
+    p_len = torch.randint(p_lo, p_hi + 1, (n,), generator=g)
+    r_len = torch.randint(r_lo, r_hi + 1, (n,), generator=g)
+    cols = torch.arange(p_hi + r_hi)
+    attn = ((cols >= p_hi - p_len[:, None]) & (cols < p_hi + r_len[:, None])).long()  # (n, p_hi + r_hi)
+    ids = torch.randint(3, vocab, attn.shape, generator=g) * attn
+    response_mask = attn[:, p_hi:].clone()
+    response_mask[:, 16:32] = 0  # an <information> block: attended, not trained
+    return DataProto.from_dict({
+        "input_ids": ids, "attention_mask": attn, "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
+        "responses": ids[:, p_hi:], "response_mask": response_mask,
+        "advantages": torch.randn(n, r_hi, generator=g) * response_mask,
+    })
+
+
+def configure(worker: ActorWorker, args, variant: dict | None) -> None:
+    """Switch the worker between the reference path (variant None) and a variant of ours."""
+    cfg = worker.config
+    if variant is None:
+        cfg.use_remove_padding, cfg.logprob_chunk_size = False, None
+        cfg.max_tokens_per_micro_batch = cfg.log_prob_max_tokens_per_micro_batch = None
+        cfg.micro_batch_size = args.ref_micro_batch_size
+        set_checkpointing(worker.model, True)
+    else:
+        cfg.use_remove_padding, cfg.logprob_chunk_size = True, args.chunk
+        cfg.max_tokens_per_micro_batch = variant["max_tokens"]
+        cfg.log_prob_max_tokens_per_micro_batch = variant["log_prob_max_tokens"]
+        set_checkpointing(worker.model, variant["checkpointing"])
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def peak_gib(device: str) -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
+
+
+def reset_peak(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def time_run(worker: ActorWorker, data: DataProto, args) -> dict:
+    """Seconds and peak memory of compute_log_prob and update_actor (mean over --iters)."""
+    for _ in range(args.warmup):
+        worker.update_actor(data.union(worker.compute_log_prob(data)))
+    lp_s = up_s = 0.0
+    lp_mem = up_mem = None
+    for _ in range(args.iters):
+        reset_peak(args.device)
+        sync(args.device)
+        t0 = time.perf_counter()
+        old = worker.compute_log_prob(data)
+        sync(args.device)
+        t1 = time.perf_counter()
+        lp_mem = peak_gib(args.device)
+        reset_peak(args.device)
+        sync(args.device)
+        t2 = time.perf_counter()
+        worker.update_actor(data.union(old))
+        sync(args.device)
+        up_s += time.perf_counter() - t2
+        lp_s += t1 - t0
+        up_mem = peak_gib(args.device)
+    return dict(log_prob_s=lp_s / args.iters, update_s=up_s / args.iters, log_prob_peak_gib=lp_mem,
+                update_peak_gib=up_mem)
+
+
+def figures(run: dict, tokens: int, flops: dict, peak: float) -> dict:
+    up, lp = run["update_s"], run["log_prob_s"]
+    return dict(
+        update_tokens_per_s=tokens / up, log_prob_tokens_per_s=tokens / lp,
+        update_mfu=flops["update"] / up / peak, update_mfu_with_attn=(flops["update"] + flops["update_attn"]) / up / peak,
+        log_prob_mfu=flops["log_prob"] / lp / peak,
+        log_prob_mfu_with_attn=(flops["log_prob"] + flops["log_prob_attn"]) / lp / peak,
+    )
+
+
+def logprob_difference(worker: ActorWorker, data: DataProto, args, variant: dict) -> tuple[float, float]:
+    """Max and mean |log p| difference between the reference path and ours on the same weights."""
+    configure(worker, args, None)
+    ref = worker.compute_log_prob(data).batch["old_log_probs"]
+    configure(worker, args, variant)
+    ours = worker.compute_log_prob(data).batch["old_log_probs"]
+    real = data.batch["attention_mask"][:, -ref.shape[1] :].bool()
+    diff = (ref - ours)[real].abs()
+    return float(diff.max()), float(diff.mean())
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    spec = SHAPES[args.shape]
+    variants = parse_variants(args.ours)
+    data = make_batch(args, spec["vocab_size"])
+    lengths = data.batch["attention_mask"].sum(-1).double()
+    tokens = int(lengths.sum())
+    config = ActorConfig(model=spec, device=args.device, dtype="bfloat16", lr=1e-7, grad_clip=1.0,
+                         ppo_mini_batch_size=args.mini_batch, micro_batch_size=args.ref_micro_batch_size,
+                         use_remove_padding=True, gradient_checkpointing=True, seed=args.seed)
+    worker = ActorWorker(config)
+    t0 = time.perf_counter()
+    with torch.device(args.device):  # random init straight on the device
+        worker.init_model()
+    init_s = time.perf_counter() - t0
+    params = sum(p.numel() for p in worker.model.parameters())  # tied embedding counted once
+    attn_unit = float((lengths**2).sum()) * spec["hidden_size"] * spec["num_hidden_layers"]  # causal: L^2/2 * 2 matmuls * 2
+    flops = dict(update=6.0 * params * tokens, log_prob=2.0 * params * tokens,
+                 update_attn=6.0 * attn_unit, log_prob_attn=2.0 * attn_unit)
+    peak = args.peak_tflops * 1e12
+    max_diff, mean_diff = logprob_difference(worker, data, args, variants[0])
+
+    runs, ours_variants = [], []
+    for variant in [None] + variants:
+        name = "reference" if variant is None else "ours[ckpt={checkpointing:d},tokens={max_tokens},lp_tokens={log_prob_max_tokens}]".format(**variant)
+        configure(worker, args, variant)
+        try:
+            run = time_run(worker, data, args)
+            run.update(figures(run, tokens, flops, peak))
+        except torch.cuda.OutOfMemoryError as e:  # a variant too big for the device; the others still run
+            run = {"error": f"out of memory: {str(e).splitlines()[0]}"}
+            worker.optimizer.zero_grad(set_to_none=True)
+            reset_peak(args.device)
+        run.update(name=name, variant=variant)
+        (runs if variant is None else ours_variants).append(run)
+        print(f"{name}: " + ", ".join(f"{k}={v:.4g}" for k, v in run.items() if isinstance(v, float)), flush=True)
+
+    ok = [r for r in ours_variants if "error" not in r]
+    if not ok or "error" in runs[0]:
+        raise SystemExit(f"no comparable runs: {json.dumps(runs + ours_variants, default=str)}")
+    best = dict(max(ok, key=lambda r: r["update_tokens_per_s"]), name="ours")
+    runs.append(best)
+    ref = runs[0]
+    result = dict(
+        shape=args.shape, device=args.device,
+        device_name=torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        torch=torch.__version__, params=params, rows=args.rows, real_tokens=tokens,
+        padded_tokens=int(data.batch["attention_mask"].numel()), init_s=init_s, peak_tflops=args.peak_tflops,
+        max_abs_logprob_diff=max_diff, mean_abs_logprob_diff=mean_diff,
+        ratio_update_tokens_per_s=best["update_tokens_per_s"] / ref["update_tokens_per_s"],
+        ratio_log_prob_tokens_per_s=best["log_prob_tokens_per_s"] / ref["log_prob_tokens_per_s"],
+        mfu_note="mfu: 6*params*real tokens (update) or 2*params*tokens (log-prob) / time / peak, attention "
+                 "excluded; *_with_attn adds causal attention matmul FLOPs",
+        runs=runs, ours_variants=ours_variants, args=vars(args),
+    )
+    for r in runs:
+        r["real_tokens"] = tokens
+
+    rows = [("update tokens/s", "update_tokens_per_s", "{:,.0f}"), ("update MFU (6N)", "update_mfu", "{:.1%}"),
+            ("update MFU (+attn)", "update_mfu_with_attn", "{:.1%}"), ("update peak GiB", "update_peak_gib", "{:.1f}"),
+            ("log-prob tokens/s", "log_prob_tokens_per_s", "{:,.0f}"), ("log-prob MFU (2N)", "log_prob_mfu", "{:.1%}"),
+            ("log-prob peak GiB", "log_prob_peak_gib", "{:.1f}")]
+    print(f"\n{args.shape} ({params / 1e9:.2f}B params), {args.rows} rows, {tokens:,} real of "
+          f"{result['padded_tokens']:,} padded tokens; ours = {best['variant']}")
+    print(f"{'':22}{'reference':>14}{'ours':>14}{'ratio':>9}")
+    for label, key, fmt in rows:
+        a, b = ref.get(key), best.get(key)
+        cell = lambda v: fmt.format(v) if v is not None else "-"  # noqa: E731
+        ratio = f"{b / a:.2f}x" if a and b is not None else "-"
+        print(f"{label:22}{cell(a):>14}{cell(b):>14}{ratio:>9}")
+    print(f"log-prob |ref - ours|: max {max_diff:.3g}, mean {mean_diff:.3g}")
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+        print(f"wrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
