@@ -120,3 +120,15 @@ def test_update_weights_reaches_the_fused_matrices(tok):
     after = fast.generate(prompts, sp)
     assert after == HFRollout(new, tok, eos_token_ids=[]).generate(prompts, sp)
     assert after != before
+
+
+def test_rows_rounded_up_to_a_power_of_two_give_the_same_outputs(tok):
+    model = tiny_model(len(tok), seed=23)
+    prompts = prompts_of(tok)  # 5 rows -> 8 with filler rows
+    sp = SamplingParams(greedy=True, max_new_tokens=10, return_logprobs=True)
+    plain = StaticRollout(model, tok, eos_token_ids=[], max_model_len=64).generate(prompts, sp)
+    padded = StaticRollout(model, tok, eos_token_ids=[], max_model_len=64)
+    padded.round_rows = True
+    out = padded.generate(prompts, sp)
+    assert len(out) == len(prompts)
+    assert [o.token_ids for o in out] == [o.token_ids for o in plain]

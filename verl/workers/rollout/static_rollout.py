@@ -66,6 +66,7 @@ class StaticRollout(HFRollout):
                          eos_token_ids=eos_token_ids)
         self.max_model_len = max_model_len
         self.cuda_graph = cuda_graph and self.device.type == "cuda"
+        self.round_rows = self.cuda_graph  # pad the row count to a power of two (fewer graphs)
         self.chunk = chunk
         self.prefill_tokens = prefill_tokens
         attn = model.model.layers[0].self_attn
@@ -273,27 +274,30 @@ class StaticRollout(HFRollout):
 
     @torch.inference_mode()
     def _generate_chunk(self, prompts, sampling, generator, stopper: StopChecker | None) -> list[GenOutput]:
-        rows, width, n_new = len(prompts), max(len(p) for p in prompts), sampling.max_new_tokens
+        real, width, n_new = len(prompts), max(len(p) for p in prompts), sampling.max_new_tokens
         if width + n_new > self.max_model_len:
             raise ValueError(f"StaticRollout: prompt width {width} + max_new_tokens {n_new} exceeds "
                              f"max_model_len={self.max_model_len} (raise rollout.max_model_len)")
+        # Graphs are captured per row count: round it up to a power of two (filler rows repeat
+        # the first prompt and are dropped) so a multi-turn rollout reuses a few graphs.
+        rows = min(self.max_batch_size, 1 << (real - 1).bit_length()) if self.round_rows else real
         st = self._buffers()
         st["u"][:rows, :n_new] = torch.rand((rows, n_new), generator=generator, device=self.device)
-        self._emit(self._prefill(prompts, width), rows, sampling)        # token 0
+        self._emit(self._prefill(prompts + [prompts[0]] * (rows - real), width), rows, sampling)  # token 0
 
-        tokens: list[list[int]] = [[] for _ in range(rows)]
-        logprobs: list[list[float]] = [[] for _ in range(rows)]
-        reasons: list[str | None] = [None] * rows
+        tokens: list[list[int]] = [[] for _ in range(real)]
+        logprobs: list[list[float]] = [[] for _ in range(real)]
+        reasons: list[str | None] = [None] * real
 
         def read_back(start: int, end: int):
             """Queue the copy of output tokens [start, end) to the host behind the work already queued."""
             pin = self.device.type == "cuda"
-            toks = torch.empty((rows, end - start), dtype=torch.long, pin_memory=pin)
-            toks.copy_(st["out"][:rows, start:end], non_blocking=pin)
+            toks = torch.empty((real, end - start), dtype=torch.long, pin_memory=pin)
+            toks.copy_(st["out"][:real, start:end], non_blocking=pin)
             lps = None
             if sampling.return_logprobs:
-                lps = torch.empty((rows, end - start), dtype=torch.float32, pin_memory=pin)
-                lps.copy_(st["out_lp"][:rows, start:end], non_blocking=pin)
+                lps = torch.empty((real, end - start), dtype=torch.float32, pin_memory=pin)
+                lps.copy_(st["out_lp"][:real, start:end], non_blocking=pin)
             event = torch.cuda.Event() if pin else None
             if event is not None:
                 event.record()
@@ -306,7 +310,7 @@ class StaticRollout(HFRollout):
                 event.synchronize()
             toks = toks.tolist()
             lps = lps.tolist() if lps is not None else None
-            for r in range(rows):
+            for r in range(real):
                 if reasons[r] is not None:
                     continue
                 for j, t in enumerate(toks[r]):
@@ -338,4 +342,4 @@ class StaticRollout(HFRollout):
         if not all(reasons):
             check(pending)
         return [GenOutput(token_ids=tokens[r], finish_reason=reasons[r] or "length",
-                          logprobs=logprobs[r] if sampling.return_logprobs else None) for r in range(rows)]
+                          logprobs=logprobs[r] if sampling.return_logprobs else None) for r in range(real)]
