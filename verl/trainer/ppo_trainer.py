@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import time
 import warnings
 from pathlib import Path
 
@@ -84,6 +85,7 @@ class PPOTrainer:
         else:
             self.kl_ctrl = FixedKLController(alg.kl_ctrl.kl_coef)
         self.global_step = 0  # number of completed updates
+        self.decode_s = 0.0  # seconds spent inside generate calls (the rest of a rollout waits for the env)
         self.gen_batches = 0  # prompt batches drawn so far; dynamic sampling may draw several per step
         self.rollout_imbalance = None  # max/mean of the ranks' summed load hints, when balanced
         if alg.dynamic_sampling.enable and cfg.rollout.n < 2:
@@ -92,9 +94,13 @@ class PPOTrainer:
     # ------------------------------------------------------------------ rollout
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[GenOutput]:
         """The `generate` the environment calls; runs on the actor's rollout engine."""
-        if self.dist is not None:  # SPMD: each rank decodes its own episodes, no collectives
-            return self._generate_on(self.actor.worker.generate, prompts, sampling, 1)
-        return self._generate_on(self.actor.generate, prompts, sampling, self.actor.world_size)
+        start = time.perf_counter()
+        try:
+            if self.dist is not None:  # SPMD: each rank decodes its own episodes, no collectives
+                return self._generate_on(self.actor.worker.generate, prompts, sampling, 1)
+            return self._generate_on(self.actor.generate, prompts, sampling, self.actor.world_size)
+        finally:
+            self.decode_s += time.perf_counter() - start
 
     @staticmethod
     def _generate_on(fn, prompts, sampling, world_size: int) -> list[GenOutput]:
@@ -196,8 +202,12 @@ class PPOTrainer:
     def step(self, rows) -> dict[str, float]:
         cfg, alg, metrics = self.cfg, self.cfg.algorithm, {}
         with timer("step", metrics):
+            decode_before = self.decode_s
             with timer("gen", metrics):
                 batch, env_metrics = self.train_episodes(rows, metrics)  # DAPO may drop and refill groups
+            # the rollout's wall time, split: decoding, and the rest (pool calls not hidden by decoding)
+            metrics["timing/decode"] = self.decode_s - decode_before
+            metrics["timing/env_wait"] = metrics["timing/gen"] - metrics["timing/decode"]
             mask = batch.batch["response_mask"].float()  # (batch, response_len)
 
             with timer("old_log_prob", metrics):
