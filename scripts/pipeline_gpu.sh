@@ -14,6 +14,7 @@ DEVICE=${DEVICE:-cuda}
 N_ORACLE=${N_ORACLE:-4000}
 ORACLE_FLAGS=${ORACLE_FLAGS:---noise 0.3}
 SFT_EPOCHS=${SFT_EPOCHS:-3}
+SFT_LR=${SFT_LR:-3e-4}
 STEPS=${STEPS:-60}
 ALPHA=${ALPHA:-0.6}
 BATCH=${BATCH:-64}
@@ -31,7 +32,7 @@ $PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/
 
 stage "supervised warm start"
 $PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$MODEL" --tokenizer "$OUT/oracle/tokenizer" \
-  --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr 3e-4 --batch-size 32 --context-loss-weight 1.0 --device "$DEVICE"
+  --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr "$SFT_LR" --batch-size 32 --context-loss-weight 1.0 --device "$DEVICE"
 cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"
 
 stage "simulated pool server"
