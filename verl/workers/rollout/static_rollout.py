@@ -2,7 +2,8 @@
 
 `HFRollout` runs the model's own forward per token over a growing DynamicCache and reads
 every token back to Python, so at batch 256 the GPU mostly waits for the CPU. Here the
-weights stay the HF model's (no copy; `update_weights` works unchanged), but the forward
+weights stay the HF model's (q|k|v and gate|up are concatenated once and the parameters
+become views into them: no copy, and `update_weights` works unchanged), but the forward
 is ours, for Llama/Qwen2-shaped decoders:
 
 - the KV cache is one preallocated buffer per layer, (rows, kv_heads, max_len, head_dim);
@@ -11,7 +12,8 @@ is ours, for Llama/Qwen2-shaped decoders:
   rows and attends over a fixed-size prefix (a "bucket" of 128 columns) with a mask;
 - one decode step (embed -> layers -> logits -> sample -> write the token) touches only
   device tensors, so it is captured once per (rows, bucket, sampling rule) as a CUDA graph
-  and replayed; the step counter and column live on the device and advance inside it;
+  and replayed; the step counter and column live on the device and advance inside it; the
+  row count is rounded up to a power of two so a multi-turn rollout needs few graphs;
 - sampling uses one uniform per row and step, drawn before the chunk (inverse CDF over the
   filtered softmax): the same distribution as `torch.multinomial`, no RNG inside the graph;
 - tokens come back to the CPU in chunks of `chunk` steps; stop strings and eos are checked
