@@ -3,6 +3,7 @@
     python infer.py --question "Who founded Mebrolond Systems?"   # embedded checkpoint, simulated pool
     python infer.py --question "..." --checkpoint DIR --pool configs/pool/paper.yaml [--pool-url URL]
     python infer.py --question "..." --json --gold "Tekrel Ratis"  # one JSON object, with EM/F1
+    python infer.py --question "..." --budget 1 --budget-mode forced  # a turn budget (AdaTurn)
 
 Each turn shows the policy's thinking, its route (model and sub-question) or answer, the
 pool's reply with the call's cost and latency, and the generation time. Colour only on a
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from router_r1.eval.evaluate import (USER_ERRORS, EvalError, Policy, Pool, check_checkpoint, fit_context, load_policy,
                                      open_pool, quiet_transformers, seeded, tokenize_prompt)
-from router_r1.prompts import build_router_prompt
+from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, build_router_prompt
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score, extract_answer, f1_score
 
@@ -30,13 +31,20 @@ _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 STYLE = {"think": "2", "route": "36", "info": "33", "answer": "1;32", "bad": "31", "head": "1"}
 
 
-def run_question(question: str, policy: Policy, pool: Pool, rcfg, sampling, gold: list[str] | None = None) -> dict:
-    """One episode of the training rollout (validation mode) for `question`, as a plain record."""
+def run_question(question: str, policy: Policy, pool: Pool, rcfg, sampling, gold: list[str] | None = None,
+                 budget: int | None = None) -> dict:
+    """One episode of the training rollout (validation mode) for `question`, as a plain record.
+
+    With `budget`, the prompt states it (when the template has {budget}) and rcfg should carry it as its budgets.
+    """
     from router_r1.reward.score import RewardConfig
     from router_r1.rollout.manager import RouterEnv
     from verl.trainer.dataset import PromptRow
 
-    prompt = tokenize_prompt(policy.tokenizer, build_router_prompt(question, pool.registry, policy.template))
+    template = policy.template
+    with_budget = budget is not None and (template is None or "{budget}" in template)
+    prompt = tokenize_prompt(policy.tokenizer, build_router_prompt(question, pool.registry, template,
+                                                                   turn_budget=budget if with_budget else None))
     rcfg = fit_context([prompt], ["--question"], policy, rcfg, log=lambda msg: print(msg, file=sys.stderr))
     gen_s: list[float] = []
 
@@ -55,11 +63,12 @@ def run_question(question: str, policy: Policy, pool: Pool, rcfg, sampling, gold
         turns.append({"turn": k + 1, "think": think.group(1).strip() if think else None,
                       "generation_s": gen_s[k] if k < len(gen_s) else None,
                       **{key: t.get(key) for key in ("action", "model", "query", "answer", "reason", "ok", "error",
-                                                     "cost_usd", "latency_s", "information", "generated")}})
+                                                     "cost_usd", "latency_s", "information", "generated", "refused")}})
     ok, reason = check_format(text, pool.registry)
     record = {"question": question, "prompt_tokens": len(prompt), "answer": extract_answer(text),
               "format_ok": ok, "format_reason": reason, "cost_usd": info["cost_usd"], "calls": info["route_count"],
               "pool_failures": info["pool_failures"], "hit_budget": info["hit_budget"], "truncated": info["truncated"],
+              "turn_budget": budget, "forced": info["forced"],
               "turns": turns,
               "latencies": {"generation_s": gen_s, "pool_s": [t["latency_s"] for t in turns if t["ok"] is not None]},
               "response": text}
@@ -86,7 +95,9 @@ def render(record: dict, color: bool) -> str:
             lines.append("  think   " + c("think", _clip(t["think"])))
         if t["action"] == "route":
             lines.append("  route   " + c("route", f"{t['model']}: {t['query']}"))
-            if t["ok"] is None:
+            if t.get("refused"):
+                lines.append("  info    " + c("bad", "refused, the turn budget is spent: ") + c("info", BUDGET_EXHAUSTED_TEXT))
+            elif t["ok"] is None:
                 lines.append("  info    " + c("bad", "not called: the turn or length budget was spent"))
             elif t["ok"]:
                 lines.append("  info    " + c("info", _clip(t["information"] or ""))
@@ -128,6 +139,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--response-length", type=int, default=1024)
     p.add_argument("--max-response-length", type=int, default=4096)
     p.add_argument("--prompt-template", default=None)
+    p.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="turn budget: at most N routing turns, stated in the prompt (replaces --max-turns)")
+    p.add_argument("--budget-mode", choices=("end", "forced"), default="forced",
+                   help="a route past the budget: refuse it and ask for the answer (default) or end there")
     p.add_argument("--gold", nargs="+", default=None, help="gold answer(s): adds EM and F1")
     p.add_argument("--device", default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -140,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         if not a.question.strip():
             raise EvalError("--question is empty")
         check_checkpoint(a.checkpoint)  # before the model imports and the pool start
+        if a.budget is not None and a.budget < 0:
+            raise EvalError(f"--budget must be >= 0, got {a.budget}")
         if a.temperature is not None and not a.temperature > 0:
             raise EvalError(f"--temperature must be > 0, got {a.temperature} (leave it out for greedy)")
         with open_pool(a.pool, pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed, sim_latency=a.sim_latency,
@@ -151,10 +168,11 @@ def main(argv: list[str] | None = None) -> int:
 
             rcfg = RouterConfig(max_turns=a.max_turns, max_obs_length=a.max_obs_length,
                                 response_length=a.response_length, max_response_length=a.max_response_length,
-                                schedule="sync")
+                                schedule="sync", budgets=() if a.budget is None else (a.budget,),
+                                budget_in_prompt=False, budget_mode=a.budget_mode if a.budget is not None else "end")
             sampling = SamplingParams(greedy=True, temperature=0.0) if a.temperature is None else \
                 SamplingParams(temperature=a.temperature, seed=a.seed)
-            record = run_question(a.question, policy, pool, rcfg, sampling, a.gold)
+            record = run_question(a.question, policy, pool, rcfg, sampling, a.gold, a.budget)
             record.update(checkpoint=a.checkpoint, pool=pool.where)
     except USER_ERRORS as e:
         print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)

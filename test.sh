@@ -8,6 +8,7 @@
 #   bash test.sh --checkpoint DIR --data 'data/router_r1/test_*.parquet' \
 #                --pool configs/pool/paper.yaml --pool-url http://HOST:8000/v1
 #   bash test.sh --checkpoint A1 --checkpoint A2 --alpha 0.9   # several checkpoints: one plot
+#   bash test.sh --budget 2 --budget-mode forced    # under a turn budget of 2, stated in the prompt (AdaTurn)
 #
 # Every argument goes to `python -m router_r1.eval.evaluate` (--help lists them all).
 # --checkpoint and --data default to the embedded default's (ROUTER_CKPT, ROUTER_TEST_DATA

@@ -5,6 +5,7 @@ import logging
 
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
+from router_r1.prompts import load_template
 from router_r1.reward.score import RewardConfig
 from router_r1.rollout.manager import RouterConfig, RouterEnv
 
@@ -32,5 +33,12 @@ def make_env(env_cfg, tokenizer) -> RouterEnv:
         max_response_length=int(env_cfg.get("max_response_length", 4096)),
         invalid_hint=bool(env_cfg.get("invalid_hint", False)),
         schedule=str(env_cfg.get("schedule", "overlap")),
+        # AdaTurn (configs/adaturn.yaml documents the keys); off while `budgets` is empty
+        budgets=tuple(int(b) for b in (env_cfg.get("budgets") or ())),
+        budget_seed=int(env_cfg.get("budget_seed", 0)),
+        val_budget=None if env_cfg.get("val_budget") is None else int(env_cfg["val_budget"]),
+        budget_in_prompt=bool(env_cfg.get("budget_in_prompt", True)),
+        prompt_template=load_template(env_cfg["prompt_template"]) if env_cfg.get("prompt_template") else None,
+        budget_mode=str(env_cfg.get("budget_mode", "end")),
     )
     return RouterEnv(cfg, tokenizer, registry, client, RewardConfig(alpha=float(env_cfg.get("alpha", 0.0))))

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.protocol import ROUTE_EXAMPLE
+from router_r1.protocol import ROUTE_EXAMPLE, wrap_information
 
 SUBMODEL_SYSTEM = (
     "You are one expert in a panel that a routing assistant consults. Reply to the "
@@ -40,8 +40,9 @@ DEFAULT_TEMPLATE = (
     "Question: {question}\n"
 )
 
-# Control text for a route refused at the turn budget (the forced answer).
-BUDGET_EXHAUSTED_TEXT = "No consultations are left. Give your final answer now inside <answer> and </answer>."
+# Control text for a route refused at the turn budget (the forced answer). No tags inside:
+# it is shown in an <information> block, and tags there would read as nested ones.
+BUDGET_EXHAUSTED_TEXT = "No consultations are left. Give your final answer now."
 
 
 class TemplateError(ValueError):
@@ -80,6 +81,11 @@ def budget_text(turn_budget: int | None) -> str:
         return "For this question you may not consult any model: answer on your own.\n\n"
     times = "once" if turn_budget == 1 else f"{turn_budget} times"
     return f"You may consult the models at most {times} for this question; then you must answer.\n\n"
+
+
+def budget_exhausted_message() -> str:
+    """The environment's reply to a refused route: an <information> block the policy must answer after."""
+    return wrap_information(BUDGET_EXHAUSTED_TEXT)
 
 
 def _check_template(template: str, source: str) -> None:

@@ -11,6 +11,11 @@ reward of an evaluation is read against that evaluation's own costs (a fresh
 CostNormalizer holding every trajectory of the run), so it ranks trajectories within a
 run and does not compare runs. Compare runs by raw cost.
 
+--budget N evaluates under a turn budget (AdaTurn): at most N routing turns, stated in each
+router prompt (rebuilt from extra_info.question with the checkpoint's template; --no-budget-text
+keeps the rows' prompts), and --budget-mode says what a route past the budget leads to
+(end: the episode stops unanswered; forced: the route is refused and an answer asked for).
+
 Sampled runs (--temperature T --seed S) reproduce with the default sync schedule: the
 generate calls then come in a fixed order and call k samples with seed (S, k).
 
@@ -43,7 +48,7 @@ from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.server import ServerThread, SimBackend
 from router_r1.pool.sim_backend import SimProfileError
-from router_r1.prompts import TemplateError, load_template
+from router_r1.prompts import TemplateError, build_router_prompt, load_template
 from router_r1.protocol import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.qa_em import extract_answer
@@ -58,7 +63,7 @@ SIM_POOL = REPO / "configs" / "pool" / "sim.yaml"
 TEMPLATE_FILE = "prompt_template.txt"  # a checkpoint dir may carry the prompt template it was trained with
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
 EPISODE_KEYS = ("text", "turns", "cost_usd", "route_count", "pool_latency_s", "pool_failures", "hit_budget",
-                "truncated")
+                "truncated", "forced", "turn_budget")
 NOTES = {
     "cost_reward": "normalised cost reward read against this run's own cost window (all its trajectories); "
                    "compare runs by raw cost",
@@ -313,6 +318,9 @@ class EvalConfig:
     limit: int | None = None  # rows per file
     device: str | None = None
     prompt_template: str | None = None
+    budget: int | None = None  # turn budget T_max for router runs (None: max_turns, prompts as given)
+    budget_mode: str = "end"  # end | forced (what a route past the budget leads to)
+    budget_text: bool = True  # state the budget in the router prompt
 
     def sampling(self):
         from verl.workers.rollout.base import SamplingParams
@@ -322,11 +330,27 @@ class EvalConfig:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
 
     def router_config(self, max_turns: int | None = None):
+        """The rollout settings; an explicit max_turns (a baseline's) ignores --budget."""
         from router_r1.rollout.manager import RouterConfig
 
+        budgeted = max_turns is None and self.budget is not None
         return RouterConfig(max_turns=self.max_turns if max_turns is None else max_turns,
                             max_obs_length=self.max_obs_length, response_length=self.response_length,
-                            max_response_length=self.max_response_length, schedule=self.schedule)
+                            max_response_length=self.max_response_length, schedule=self.schedule,
+                            budgets=(self.budget,) if budgeted else (), budget_in_prompt=False,
+                            budget_mode=self.budget_mode if budgeted else "end")
+
+
+def budget_messages(rows: list["EvalRow"], registry: ModelRegistry, template: str | None, budget: int) -> list:
+    """The router prompts rebuilt from each row's question with the budget sentence."""
+    if template is not None and "{budget}" not in template:
+        raise EvalError("--budget: the prompt template has no {budget} placeholder; pass --no-budget-text "
+                        "to keep the rows' prompts, or a template with one (--prompt-template)")
+    for row in rows:
+        if not row.question or not row.question.strip():
+            raise EvalError(f"{row.where}: field 'extra_info.question' is missing; --budget rebuilds the prompt "
+                            "from it (or pass --no-budget-text)")
+    return [build_router_prompt(row.question, registry, template, turn_budget=budget) for row in rows]
 
 
 def fit_context(prompts: list[list[int]], wheres: list[str], policy: Policy, rcfg, log=print):
@@ -428,6 +452,8 @@ def _rollout_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, cfg:
     if run.kind == "direct":
         messages = [direct_messages(q, pool.registry, policy.template) for q in questions_of(rows, run.label)]
         rcfg = cfg.router_config(max_turns=DIRECT_MAX_TURNS)
+    elif cfg.budget is not None and cfg.budget_text:
+        messages, rcfg = budget_messages(rows, pool.registry, policy.template, cfg.budget), cfg.router_config()
     else:
         messages, rcfg = [r.messages for r in rows], cfg.router_config()
     prompts = [tokenize_prompt(policy.tokenizer, m) for m in messages]
@@ -473,6 +499,10 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
         raise EvalError(f"--limit must be >= 1, got {cfg.limit}")
     if not cfg.greedy and not cfg.temperature > 0:
         raise EvalError(f"--temperature must be > 0 for sampling, got {cfg.temperature} (use --greedy)")
+    if cfg.budget is not None and cfg.budget < 0:
+        raise EvalError(f"--budget must be >= 0, got {cfg.budget}")
+    if cfg.budget_mode not in ("end", "forced"):
+        raise EvalError(f"--budget-mode must be end|forced, got {cfg.budget_mode!r}")
     load = load or (lambda c: load_policy(c, cfg.device, cfg.prompt_template))
     files = find_data_files(cfg.data)
     rows = load_rows(files, cfg.limit)
@@ -550,7 +580,13 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
     p.add_argument("--limit", type=int, default=None, help="first N rows of each file")
     p.add_argument("--device", default=None, help="torch device (default cuda if available)")
     p.add_argument("--prompt-template", default=None,
-                   help=f"template for prompts built here (direct); default: the checkpoint's {TEMPLATE_FILE}")
+                   help=f"template for prompts built here (direct, --budget); default: the checkpoint's {TEMPLATE_FILE}")
+    p.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="turn budget: at most N routing turns, stated in the prompt (AdaTurn)")
+    p.add_argument("--budget-mode", choices=("end", "forced"), default="end",
+                   help="a route past the budget: end the episode (default) or refuse it and ask for the answer")
+    p.add_argument("--no-budget-text", dest="budget_text", action="store_false",
+                   help="with --budget: keep the rows' prompts (no budget sentence), only enforce the limit")
     a = p.parse_args(argv)
     return EvalConfig(
         data=a.data, checkpoints=a.checkpoint, baselines=a.baseline, skip_router=a.skip_router, pool=a.pool,
@@ -559,7 +595,8 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
         top_p=a.top_p, seed=a.seed, batch_size=a.batch_size, max_turns=a.max_turns,
         max_obs_length=a.max_obs_length, response_length=a.response_length,
         max_response_length=a.max_response_length, schedule=a.schedule, alpha=a.alpha, out=a.out,
-        cache_dir=a.cache_dir, limit=a.limit, device=a.device, prompt_template=a.prompt_template)
+        cache_dir=a.cache_dir, limit=a.limit, device=a.device, prompt_template=a.prompt_template,
+        budget=a.budget, budget_mode=a.budget_mode, budget_text=a.budget_text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,8 @@ def metrics(trajs: list[dict], model_names: list[str], seed: int = 0) -> dict:
         "calls": _mean(trajs, "route_count"),
         "pool_failures": _mean(trajs, "pool_failures"),
         "hit_budget": _mean(trajs, "hit_budget"),
+        "forced": float(np.mean([float(t.get("forced", False)) for t in trajs])) if trajs else math.nan,
+        "truncated": float(np.mean([float(t.get("truncated", False)) for t in trajs])) if trajs else math.nan,
         # share of questions that called the model at least once
         "model_share": {m: float(np.mean([m in t["models_called"] for t in trajs])) if trajs else math.nan
                         for m in model_names},

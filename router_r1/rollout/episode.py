@@ -9,15 +9,25 @@ from dataclasses import dataclass, field
 
 from router_r1.pool.client import PoolResult
 from router_r1.pool.registry import ModelRegistry
+from router_r1.prompts import budget_exhausted_message
 from router_r1.protocol import Action, format_observation, invalid_observation, parse_action
+
+# What happens when the policy asks to route after its turn budget is spent:
+#   end       the episode ends there (no answer; the format gate scores it -1)
+#   forced    the route is refused, its turn dropped, a budget-exhausted message appended,
+#             and one more generation must answer (trained with the rest)
+#   mask      as end, and the whole trajectory is left out of the loss (response_mask 0)
+#   penalize  as end, and the score is the format penalty whatever the gate says
+BUDGET_MODES = ("end", "forced", "mask", "penalize")
 
 
 @dataclass
 class Episode:
     prompt_ids: list[int]
+    max_turns: int | None = None  # this episode's turn budget T_max (None: the rules' max_turns)
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)  # 1 = policy token, 0 = environment token
-    text: str = ""  # the response as text, exactly what was generated and appended
+    text: str = ""  # what the reward reads: policy turns and <information> blocks (not control messages)
     turns: list[dict] = field(default_factory=list)
     turn: int = 0  # generations done so far
     cost_usd: float = 0.0
@@ -27,6 +37,7 @@ class Episode:
     done: bool = False
     hit_budget: bool = False  # the turn budget ran out before an answer
     truncated: bool = False  # the response token budget ran out
+    forced: bool = False  # a route was refused at the budget and an answer was asked for
 
     def context(self) -> list[int]:
         return self.prompt_ids + self.response_ids
@@ -36,12 +47,20 @@ class Episode:
         self.response_mask += [1 if by_policy else 0] * len(ids)
         self.text += text
 
+    def rollback(self, n_ids: int, n_chars: int) -> None:
+        """Cut the response back to its first `n_ids` tokens and `n_chars` characters of text."""
+        del self.response_ids[n_ids:], self.response_mask[n_ids:]
+        self.text = self.text[:n_chars]
+
 
 class TurnRules:
     """What a turn means: parse, append, decide whether the pool must be called."""
 
     def __init__(self, tokenizer, registry: ModelRegistry, max_turns: int, max_obs_length: int,
-                 max_response_length: int, invalid_hint: bool = False):
+                 max_response_length: int, invalid_hint: bool = False, budget_mode: str = "end"):
+        if budget_mode not in BUDGET_MODES:
+            raise ValueError(f"env.budget_mode must be one of {'|'.join(BUDGET_MODES)}, got {budget_mode!r}")
+        self.budget_mode = budget_mode
         self.tok = tokenizer
         self.registry = registry
         self.max_turns = max_turns
@@ -50,8 +69,8 @@ class TurnRules:
         self.invalid_hint = invalid_hint
 
     def is_final(self, ep: Episode) -> bool:
-        """After max_turns generations routing is no longer executed: the answer is due."""
-        return ep.turn >= self.max_turns
+        """After T_max generations routing is no longer executed: the answer is due."""
+        return ep.turn >= (self.max_turns if ep.max_turns is None else ep.max_turns)
 
     def room(self, ep: Episode) -> int:
         return self.max_response_length - len(ep.response_ids)
@@ -62,6 +81,7 @@ class TurnRules:
         out_ids = out_ids[: max(0, self.room(ep))]
         text = self.tok.decode(out_ids, skip_special_tokens=True)
         action = parse_action(text, self.registry)
+        before = (len(ep.response_ids), len(ep.text))  # the last valid prefix, if this turn is refused
         ep.add(out_ids, text, by_policy=True)
         ep.turn += 1
         ep.turns.append({"generated": text, "action": action.kind, "model": action.model, "query": action.query,
@@ -70,6 +90,8 @@ class TurnRules:
             ep.done = True
         elif self.room(ep) <= 0:
             ep.done, ep.truncated = True, True
+        elif final and action.kind == "route" and self.budget_mode == "forced" and not ep.forced:
+            self._refuse(ep, *before)
         elif final:
             ep.done, ep.hit_budget = True, True
         elif action.kind == "route":
@@ -90,14 +112,23 @@ class TurnRules:
                              "latency_s": result.latency_s, "information": result.text, "cached": result.cached})
         self._append_env(ep, obs)
 
-    def _append_env(self, ep: Episode, text: str) -> None:
+    def _refuse(self, ep: Episode, n_ids: int, n_chars: int) -> None:
+        """Forced answer: drop the refused turn, append the budget-exhausted message, generate once more."""
+        ep.rollback(n_ids, n_chars)
+        ep.forced = True
+        ep.turns[-1]["refused"] = True
+        # The message is context for the policy but not part of the trajectory the reward
+        # checks: after it, the answer turn must read as if it followed the prefix directly.
+        self._append_env(ep, budget_exhausted_message(), in_text=False)
+
+    def _append_env(self, ep: Episode, text: str, in_text: bool = True) -> None:
         if not text:
             return
         ids = self.tok(text, add_special_tokens=False)["input_ids"]
         if len(ids) >= self.room(ep):  # no room left to answer after this block
             ep.done, ep.truncated = True, True
             return
-        ep.add(ids, text, by_policy=False)
+        ep.add(ids, text if in_text else "", by_policy=False)
 
     def _count(self, text: str) -> int:
         return len(self.tok(text, add_special_tokens=False)["input_ids"])

@@ -6,16 +6,22 @@ Two schedules produce the same kind of episodes:
 - "overlap": an episode goes back to the generation queue the moment its own pool call
   returns, and each generation batch takes whoever is ready. Generation runs in a
   worker thread, so pool calls progress while the model decodes.
+
+Turn budgets (AdaTurn, off unless `budgets` is set): each prompt gets a budget T_max drawn
+from `budgets`, stated in its prompt and used as its episode's routing limit; what a
+route asked for after the budget is spent leads to is `budget_mode` (episode.BUDGET_MODES).
 """
 from __future__ import annotations
 
 import asyncio
+import zlib
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from router_r1.pool.client import PoolClient, RouteRequest
 from router_r1.pool.registry import ModelRegistry
+from router_r1.prompts import build_router_prompt
 from router_r1.protocol import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.score import RewardConfig, compute_scores
@@ -34,6 +40,19 @@ class RouterConfig:
     schedule: str = "overlap"  # overlap | sync
     overlap_min_ready: float = 0.5  # overlap: generate once this share of unfinished episodes is ready...
     overlap_max_wait_s: float = 0.5  # ...or the oldest ready one has waited this long
+    # AdaTurn. budgets: the set T_max is drawn from per prompt (empty: max_turns for all, prompts as given).
+    budgets: tuple[int, ...] = ()
+    budget_seed: int = 0
+    val_budget: int | None = None  # validation budget; None: drawn per prompt, the same at every validation
+    budget_in_prompt: bool = True  # rebuild each prompt with its budget sentence (needs extra_info.question)
+    prompt_template: str | None = None  # template text for that rebuild (None: prompts.DEFAULT_TEMPLATE)
+    budget_mode: str = "end"  # end | forced | mask | penalize (episode.BUDGET_MODES)
+
+    def __post_init__(self):
+        self.budgets = tuple(int(b) for b in self.budgets)
+        for b in [*self.budgets, *([] if self.val_budget is None else [self.val_budget])]:
+            if b < 0:
+                raise ValueError(f"env.budgets / env.val_budget must be >= 0, got {b}")
 
 
 class RouterEnv:
@@ -49,7 +68,7 @@ class RouterEnv:
         self.client = client
         self.reward = reward
         self.rules = TurnRules(tokenizer, registry, cfg.max_turns, cfg.max_obs_length,
-                               cfg.max_response_length, cfg.invalid_hint)
+                               cfg.max_response_length, cfg.invalid_hint, cfg.budget_mode)
         # Separate windows: validation must not shift the training reward (a reference defect).
         self.normalizers = {"train": CostNormalizer(), "val": CostNormalizer()}
 
@@ -57,8 +76,50 @@ class RouterEnv:
     def turn_sampling(self, sampling: SamplingParams) -> SamplingParams:
         return replace(sampling, stop=tuple(STOP_STRINGS), max_new_tokens=self.cfg.response_length)
 
+    def budget_of(self, uid: str, sampling: SamplingParams, validate: bool) -> int | None:
+        """T_max of one prompt: a pure function of (budget_seed, uid, sampling seed), None without budgets.
+
+        In training the sampling seed is trainer.seed + step, so a prompt seen again gets a
+        fresh draw and a resumed run draws what the uninterrupted one did; the n samples of
+        a GRPO group share their uid and seed, hence their budget.
+        """
+        if not self.cfg.budgets:
+            return None
+        if validate and self.cfg.val_budget is not None:
+            return self.cfg.val_budget
+        key = [self.cfg.budget_seed, zlib.crc32(str(uid).encode())]
+        if not validate:
+            key.append(0 if sampling.seed is None else int(sampling.seed))
+        rng = np.random.default_rng(key)
+        return self.cfg.budgets[int(rng.integers(len(self.cfg.budgets)))]
+
+    def row_load(self, row, sampling: SamplingParams, validate: bool) -> float:
+        """The row's routing limit as its episode will have it: the engine's hint for spreading rows over ranks."""
+        budget = self.budget_of(row.uid, sampling, validate)
+        return float(self.cfg.max_turns if budget is None else budget)
+
+    def budget_prompt(self, row, budget: int, i: int) -> list[int]:
+        """The row's prompt rebuilt from its question with the budget sentence."""
+        info = row.fields.get("extra_info") or {}
+        question = info.get("question") if isinstance(info, dict) else None
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"row {i} (uid {row.uid}): env.budget_in_prompt needs extra_info.question")
+        messages = build_router_prompt(question, self.registry, self.cfg.prompt_template, turn_budget=budget)
+        text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def episodes_for(self, rows, sampling: SamplingParams, validate: bool) -> list[Episode]:
+        episodes = []
+        for i, r in enumerate(rows):
+            budget = self.budget_of(r.uid, sampling, validate)
+            ids = list(r.prompt_ids)
+            if budget is not None and self.cfg.budget_in_prompt:
+                ids = self.budget_prompt(r, budget, i)
+            episodes.append(Episode(prompt_ids=ids, max_turns=budget))
+        return episodes
+
     def rollout(self, rows, generate: GenerateFn, sampling: SamplingParams, validate: bool) -> RolloutResult:
-        episodes = [Episode(prompt_ids=list(r.prompt_ids)) for r in rows]
+        episodes = self.episodes_for(rows, sampling, validate)
         sampling = self.turn_sampling(sampling)
         if self.cfg.schedule == "sync":
             self._run_sync(episodes, generate, sampling)
@@ -121,15 +182,20 @@ class RouterEnv:
                 raise task.exception()
 
     def _result(self, episodes: list[Episode]) -> RolloutResult:
+        def mask(e: Episode) -> list[int]:  # mask mode: a trajectory that hit the budget is left out of the loss
+            return [0] * len(e.response_mask) if self.cfg.budget_mode == "mask" and e.hit_budget else e.response_mask
+
         return RolloutResult(
             prompt_ids=[e.prompt_ids for e in episodes],
             response_ids=[e.response_ids for e in episodes],
-            response_mask=[e.response_mask for e in episodes],
+            response_mask=[mask(e) for e in episodes],
             info={"text": [e.text for e in episodes], "turns": [e.turns for e in episodes],
                   "cost_usd": [e.cost_usd for e in episodes], "route_count": [e.route_count for e in episodes],
                   "hit_budget": [e.hit_budget for e in episodes], "truncated": [e.truncated for e in episodes],
                   "pool_latency_s": [e.pool_latency_s for e in episodes],
-                  "pool_failures": [e.pool_failures for e in episodes]},
+                  "pool_failures": [e.pool_failures for e in episodes],
+                  "forced": [e.forced for e in episodes],
+                  "turn_budget": [self.cfg.max_turns if e.max_turns is None else e.max_turns for e in episodes]},
         )
 
     # ------------------------------------------------------------------ reward
@@ -138,9 +204,15 @@ class RouterEnv:
         scores, per = compute_scores(result.info["text"], golds, result.info["cost_usd"],
                                      result.info["route_count"], self.registry,
                                      self.normalizers["val" if validate else "train"], self.reward)
+        if self.cfg.budget_mode == "penalize":
+            scores = [self.reward.format_penalty if hit else s for s, hit in zip(scores, result.info["hit_budget"])]
         metrics = {k: [float(m[k]) for m in per] for k in ("em", "f1", "format_ok", "cost_usd", "cost_reward",
                                                            "route_count")}
         metrics["hit_budget"] = [float(x) for x in result.info["hit_budget"]]
+        if self.cfg.budgets:  # per-budget accuracy, and how often an answer had to be forced
+            metrics["forced"] = [float(x) for x in result.info["forced"]]
+            for b in sorted(set(result.info["turn_budget"])):
+                metrics[f"budget_{b}/em"] = [m["em"] for m, tb in zip(per, result.info["turn_budget"]) if tb == b]
         metrics["pool_failures"] = [float(x) for x in result.info["pool_failures"]]
         for name in self.registry.names:  # share of trajectories that called each model
             key = f"calls/{name}"
