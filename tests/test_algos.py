@@ -142,8 +142,13 @@ def test_place_score_on_last_policy_token():
     expected = torch.zeros(3, 5)
     expected[0, 3], expected[1, 0], expected[2, 4] = 2.0, -1.0, 0.5
     assert torch.equal(out, expected)
-    with pytest.raises(ValueError, match="row 1"):
-        place_score_on_last_token(torch.tensor([1.0, 1.0]), torch.tensor([[1, 0], [0, 0]]))
+    # a row masked out whole (AdaTurn's `mask` baseline) carries no score, and GAE over it stays finite
+    mask = torch.tensor([[1, 0], [0, 0]])
+    out = place_score_on_last_token(torch.tensor([1.0, 5.0]), mask)
+    assert torch.equal(out, torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
+    adv, ret = compute_gae(out, torch.zeros(2, 2), mask, 1.0, 1.0)
+    assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
+    assert torch.equal(adv[1], torch.zeros(2))
 
 
 # ----------------------------------------------------------------------- GRPO

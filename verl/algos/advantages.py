@@ -13,17 +13,18 @@ from verl.algos.masked import masked_whiten
 
 
 def place_score_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Put each sequence's scalar score on its last policy token; zeros elsewhere."""
+    """Put each sequence's scalar score on its last policy token; zeros elsewhere.
+
+    A row without policy tokens (an environment may mask a whole trajectory out of training,
+    e.g. AdaTurn's `mask` baseline) gets no score: it contributes to no loss either way."""
     mask = response_mask.bool()
     if scores.shape != mask.shape[:1]:
         raise ValueError(f"scores has shape {tuple(scores.shape)}, expected ({mask.shape[0]},)")
-    empty = (~mask.any(dim=1)).nonzero().flatten()
-    if len(empty):
-        raise ValueError(f"response_mask row {empty[0].item()} has no policy token to carry the score")
     positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)  # (batch, response_len)
     last = torch.where(mask, positions, -1).max(dim=1).values  # (batch,)
     token_scores = torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device)  # (batch, response_len)
-    token_scores[torch.arange(mask.shape[0], device=mask.device), last] = scores
+    rows = (last >= 0).nonzero().flatten()
+    token_scores[rows, last[rows]] = scores[rows]
     return token_scores
 
 
