@@ -11,6 +11,9 @@
 #   3. supervised warm start on the oracle trajectories (verl.trainer.sft)
 #   4. the simulated pool server on a free loopback port
 #   5. PPO against the pool, then both models evaluated on the held-out test questions
+# Stages 1-3 can be shared: SFT_ONLY=1 stops after them, SFT_FROM=DIR skips them and starts
+# PPO from DIR's data and SFT model (an alpha sweep from one warm start:
+#   SFT_FROM=outputs/embedded OUT=outputs/embedded_alpha06 EVAL_ALPHA=0.6 bash train.sh env.alpha=0.6).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python}
@@ -26,16 +29,23 @@ esac
 # Sizes (environment variables; the defaults are the embedded default, the test shrinks them)
 OUT=${OUT:-outputs/embedded}
 N_ORACLE=${N_ORACLE:-2000}      # oracle trajectories for SFT
+NOISE=${NOISE:-0.3}             # P(a random slip: wrong specialist, guess, whole question to anyone)
+PREFER_BIG=${PREFER_BIG:-0.5}   # P(the annotator sends the question to the strongest, dearest generalist)
 SFT_EPOCHS=${SFT_EPOCHS:-6}
 SFT_MAX_STEPS=${SFT_MAX_STEPS:-}  # cap on SFT optimizer steps (empty: all epochs)
+SFT_TIME_LIMIT=${SFT_TIME_LIMIT-300}  # seconds; a safety valve (750 steps take ~140 s on 2 idle cores); empty: none
+SFT_FROM=${SFT_FROM:-}          # reuse stages 1-3 of an earlier run (its OUT)
+EVAL_ALPHA=${EVAL_ALPHA:-0}     # alpha of the reward column in the final evaluation
 EVAL_LIMIT=${EVAL_LIMIT:-}      # test questions per file in the final evaluation (empty: all 300)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 start=$(date +%s)
 stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
 
+SRC=${SFT_FROM:-$OUT}  # where the data and the SFT model are
+if [ -z "$SFT_FROM" ]; then
 stage "1/5 oracle trajectories, tokenizer, model config"
-$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" --noise 0.3 --report
+$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" --noise "$NOISE" --prefer-big "$PREFER_BIG" --report
 
 stage "2/5 simulated QA data"
 $PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" \
@@ -44,8 +54,12 @@ $PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/
 stage "3/5 supervised warm start"
 $PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$OUT/oracle/model.json" \
   --tokenizer "$OUT/oracle/tokenizer" --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr 5e-3 --batch-size 16 \
-  --context-loss-weight 1.0 --time-limit-s 300 ${SFT_MAX_STEPS:+--max-steps $SFT_MAX_STEPS}
+  --context-loss-weight 1.0 ${SFT_TIME_LIMIT:+--time-limit-s $SFT_TIME_LIMIT} ${SFT_MAX_STEPS:+--max-steps $SFT_MAX_STEPS}
 cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"  # infer.py prompts as in training
+[ -n "${SFT_ONLY:-}" ] && { stage "done: SFT model $OUT/sft"; exit 0; }
+else
+  echo "stages 1-3 reused from $SFT_FROM"
+fi
 
 stage "4/5 simulated pool server"
 LOG="$OUT/pool_server.log"
@@ -58,14 +72,14 @@ URL=$(grep -o "http://[^ ]*/v1" "$LOG" | head -1)
 echo "pool at $URL"
 
 stage "5/5 PPO against the pool"
-EVAL="$PY -m router_r1.eval.evaluate --data $OUT/data/test.parquet --pool configs/pool/sim.yaml --pool-url $URL \
+EVAL="$PY -m router_r1.eval.evaluate --data $SRC/data/test.parquet --pool configs/pool/sim.yaml --pool-url $URL \
   --greedy --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 \
-  ${EVAL_LIMIT:+--limit $EVAL_LIMIT}"
+  --alpha $EVAL_ALPHA ${EVAL_LIMIT:+--limit $EVAL_LIMIT}"
 $PY -m verl.trainer.main_ppo --config-name embedded \
-  "data.train_files=[$OUT/data/train.parquet]" "data.val_files=[$OUT/data/val.parquet]" \
-  "model.path=$OUT/sft" "model.tokenizer=$OUT/sft" "env.pool_url=$URL" "trainer.output_dir=$OUT/ppo" "$@"
-cp "$OUT/oracle/prompt_template.txt" "$OUT/ppo/hf/prompt_template.txt"
+  "data.train_files=[$SRC/data/train.parquet]" "data.val_files=[$SRC/data/val.parquet]" \
+  "model.path=$SRC/sft" "model.tokenizer=$SRC/sft" "env.pool_url=$URL" "trainer.output_dir=$OUT/ppo" "$@"
+cp "$SRC/oracle/prompt_template.txt" "$OUT/ppo/hf/prompt_template.txt"
 rm -rf "$OUT/hf" && cp -r "$OUT/ppo/hf" "$OUT/hf"  # what infer.py and test.sh load by default
-$EVAL --checkpoint "$OUT/sft" --checkpoint "$OUT/hf" --out "$OUT/eval"
+$EVAL --checkpoint "$SRC/sft" --checkpoint "$OUT/hf" --out "$OUT/eval"
 
 stage "done: metrics $OUT/ppo/metrics.jsonl, curves $OUT/ppo/curves.png, evaluation $OUT/eval"

@@ -1,13 +1,17 @@
 """Noisy oracle trajectories on the simulated world: the supervised warm start of the embedded router.
 
-    python -m data_process.sim_oracle --out-dir data/embedded --n 2000 --noise 0.3 --report
+    python -m data_process.sim_oracle --out-dir data/embedded --n 2000 --noise 0.3 --prefer-big 0.5 --report
 
 For each hop the oracle thinks briefly and routes the hop's sub-question to the cheapest
 model that is reliable on the hop's domain; the reply is the REAL simulated reply (the
 server's experts, same world seed) wrapped exactly as the rollout wraps it. The second
 hop asks about the entity the first reply gave, right or wrong. With probability
 `noise` a trajectory is suboptimal (an expensive generalist, a cheap non-specialist, a
-guess, or the whole question at once), so RL has something to improve.
+guess, or the whole question at once), so RL has something to improve. With probability
+`prefer_big` the annotator is cautious instead: it sends the question to the strongest
+(and most expensive) generalist, hop by hop for one hop and whole for two; that model is
+right about as often as the cheap specialists but costs several times more, so a
+cost-aware reward (alpha > 0) has a habit of the warm start to undo.
 
 Writes OUT/oracle.parquet (prompt, response_text, segments, answers, ...), the prompt
 template it used (OUT/prompt_template.txt: give it to sim_qa so RL sees the same
@@ -36,6 +40,7 @@ from router_r1.reward.qa_em import em_score
 DEFAULT_POOL = REPO_ROOT / "configs" / "pool" / "sim.yaml"
 RELIABLE = 0.9  # a model is the specialist of a domain from this accuracy on
 NOISE_MODES = ("generalist", "cheap_other", "guess", "whole")
+BIG = "big"  # the cautious annotator's mode: everything to the strongest generalist
 NO_ANSWER = "unknown"
 # Replies that carry no answer up front (see sim_backend: "I don't know ...", CANT_TELL, ...).
 _NO_ANSWER_MARKS = ("i don't know", "i'm sorry", "i know of")
@@ -47,6 +52,7 @@ class OracleConfig:
     out_dir: str | Path
     n: int = 2000
     noise: float = 0.3
+    prefer_big: float = 0.0  # P(the annotator sends the question to the strongest generalist)
     seed: int = 0  # question draw and noise
     world_seed: int = 0  # must equal the simulated pool's seed
     pool: str | Path = DEFAULT_POOL
@@ -103,6 +109,7 @@ class Oracle:
         self.generalists = [s for s in self.models if min(self.acc[s.name].values()) >= 0.75]
         if not self.generalists:
             raise DataBuildError(f"{registry.source}: no generalist model (accuracy >= 0.75 on every domain)")
+        self.strongest = max(self.generalists, key=lambda s: (min(self.acc[s.name].values()), s.price_out_per_m))
 
     def best(self, domain: str, exclude: set[str]) -> ModelSpec | None:
         left = [s for s in self.models if s.name not in exclude]
@@ -133,8 +140,8 @@ class Oracle:
             traj.answer = rng.choice(pool)
             traj.say(f"<think>I will guess.</think><answer>{traj.answer}</answer>")
             return traj
-        if mode == "whole":
-            spec = rng.choice(self.models)
+        if mode == "whole" or (mode == BIG and len(q.hops) > 1):
+            spec = self.strongest if mode == BIG else rng.choice(self.models)
             got = self.ask_hop(traj, f"Ask {spec.name} the whole question.", spec, q.question, q.hops[-1].domain)
             return self._finish(traj, got)
         generalist = rng.choice(self.generalists)
@@ -144,6 +151,8 @@ class Oracle:
             spec = self.specialist[hop.domain]
             if mode == "generalist":
                 spec = generalist
+            elif mode == BIG:
+                spec = self.strongest
             elif mode == "cheap_other" and i == odd_hop:
                 cheap = [s for s in self.models if s not in self.generalists and s is not spec]
                 spec = rng.choice(cheap) if cheap else spec
@@ -163,7 +172,10 @@ class Oracle:
         return traj
 
 
-def pick_mode(q: SimQuestion, noise: float, rng: random.Random) -> str:
+def pick_mode(q: SimQuestion, noise: float, rng: random.Random, prefer_big: float = 0.0) -> str:
+    """"oracle", BIG with probability prefer_big, else a NOISE_MODES slip with probability noise."""
+    if prefer_big > 0 and rng.random() < prefer_big:  # no draw when off: old seeds give old data
+        return BIG
     if rng.random() >= noise:
         return "oracle"
     modes = [m for m in NOISE_MODES if m != "whole" or len(q.hops) > 1]
@@ -174,6 +186,8 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     """Oracle rows, and extra tokenizer text (every model's reply to a sample of sub-questions)."""
     if not 0.0 <= cfg.noise <= 1.0:
         raise ValueError(f"--noise must be in [0, 1], got {cfg.noise}")
+    if not 0.0 <= cfg.prefer_big <= 1.0:
+        raise ValueError(f"--prefer-big must be in [0, 1], got {cfg.prefer_big}")
     if cfg.max_routes < 2:
         raise ValueError(f"--max-routes must be >= 2 (two hops), got {cfg.max_routes}")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
@@ -186,7 +200,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     for q in questions:
         source = "sim_1hop" if len(q.hops) == 1 else "sim_2hop"
         index = counts[source] = counts.get(source, -1) + 1
-        mode = pick_mode(q, cfg.noise, rng)
+        mode = pick_mode(q, cfg.noise, rng, cfg.prefer_big)
         traj = oracle.run(q, mode, rng)
         ok, why = check_format(traj.text, registry)
         if not ok:  # a bug in the oracle, never in the data
@@ -223,7 +237,7 @@ def report(rows: list[dict], tokenizer=None) -> str:
                 f"routes={sum(r['routes'] for r in rs) / n:.2f} "
                 f"cost={1e6 * sum(r['cost_usd'] for r in rs) / n:.2f}e-6 USD")
     out = [line("all", rows)]
-    for mode in ("oracle", *NOISE_MODES):
+    for mode in ("oracle", BIG, *NOISE_MODES):
         rs = [r for r in rows if r["mode"] == mode]
         if rs:
             out.append(line(mode, rs))
@@ -277,6 +291,8 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--out-dir", default="data/embedded")
     p.add_argument("--n", type=size_arg, default=2000, help="trajectories (simulated train questions)")
     p.add_argument("--noise", type=float, default=0.3, help="probability of a suboptimal trajectory")
+    p.add_argument("--prefer-big", type=float, default=0.0,
+                   help="probability that the annotator sends the question to the strongest generalist")
     p.add_argument("--seed", type=int, default=0, help="question draw and noise seed")
     p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
     p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml with sim: profiles (seen models are used)")

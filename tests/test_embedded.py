@@ -275,3 +275,37 @@ def test_report_and_outputs(built, rows, tok):
     em = sum(r["em"] for r in oracle) / len(oracle)
     assert f"oracle       n={len(oracle):<5} em={em:.3f}" in text
     assert "tokens: prompt mean" in text and f"vocab {len(tok)}" in text
+
+
+# ---------------------------------------------------------------- the cautious annotator (prefer_big)
+
+def test_prefer_big_sends_everything_to_the_strongest_generalist(tmp_path, registry):
+    """prefer_big=1: every hop of a one-hop question and every two-hop question whole go to the
+    generalist with the best worst-domain accuracy (Mixtral here), the most expensive seen model."""
+    assert oracle_main(["--out-dir", str(tmp_path), "--n", "40", "--noise", "0.0", "--prefer-big", "1.0",
+                        "--seed", "3", "--no-tokenizer"]) == 0
+    rows = load_rows(tmp_path / "oracle.parquet")
+    assert {r["mode"] for r in rows} == {"big"}
+    strongest = "Mixtral-8x22B-Instruct"
+    assert registry[strongest].price_out_per_m == max(s.price_out_per_m for s in registry.models.values())
+    for r in rows:
+        first = [s["text"] for s in r["segments"] if s["by_policy"]][0]
+        assert parse_action(first, registry).model == strongest, first
+        if r["data_source"] == "sim_2hop":  # the whole question in one route
+            assert parse_action(first, registry).query == r["question"]
+    # a cheap oracle run of the same questions costs several times less
+    cheap = tmp_path / "cheap"
+    assert oracle_main(["--out-dir", str(cheap), "--n", "40", "--noise", "0.0", "--seed", "3", "--no-tokenizer"]) == 0
+    cheap_rows = load_rows(cheap / "oracle.parquet")
+    assert {r["mode"] for r in cheap_rows} == {"oracle"}
+    assert sum(r["cost_usd"] for r in rows) > 3 * sum(r["cost_usd"] for r in cheap_rows)
+
+
+def test_prefer_big_mixes_with_the_noise_and_is_checked(tmp_path, capsys):
+    assert oracle_main(["--out-dir", str(tmp_path), "--n", "200", "--noise", "0.3", "--prefer-big", "0.5",
+                        "--no-tokenizer", "--report"]) == 0
+    modes = [r["mode"] for r in load_rows(tmp_path / "oracle.parquet")]
+    assert 0.35 < modes.count("big") / len(modes) < 0.65 and "oracle" in modes and "guess" in modes
+    assert "big          n=" in capsys.readouterr().out
+    assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--prefer-big", "1.5", "--no-tokenizer"]) == 1
+    assert "--prefer-big must be in [0, 1], got 1.5" in capsys.readouterr().err

@@ -41,3 +41,27 @@ def test_shortened_embedded_default(tmp_path):
     assert all(t["cost_usd"] > 0 and t["information"] for t in calls)
     assert any(rows[s]["route_count/mean"] > 0 for s in (1, 2)), "PPO rollouts made no pool call"
     assert (tmp_path / "hf" / "prompt_template.txt").exists()
+
+    # The warm start holds the cautious annotator's habit: some questions went to the dearest generalist.
+    modes = [r["mode"] for r in read_parquet_rows(tmp_path / "oracle" / "oracle.parquet")]
+    assert 0.3 < modes.count("big") / len(modes) < 0.7
+
+    # An alpha run from the same warm start: stages 1-3 reused, the evaluation scored with alpha 0.6.
+    alpha_out = tmp_path / "alpha06"
+    env06 = {**env, "OUT": str(alpha_out), "SFT_FROM": str(tmp_path), "EVAL_ALPHA": "0.6"}
+    overrides06 = [o for o in overrides if not o.startswith("trainer.total_steps")] + ["trainer.total_steps=1",
+                                                                                      "env.alpha=0.6"]
+    proc = subprocess.run(["bash", "train.sh", *overrides06], cwd=ROOT, env=env06, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "stages 1-3 reused" in proc.stdout and not (alpha_out / "sft").exists()
+    summary = json.loads((alpha_out / "eval" / "summary.json").read_text())
+    assert summary["config"]["alpha"] == 0.6
+    assert summary["config"]["checkpoints"] == [str(tmp_path / "sft"), str(alpha_out / "hf")]
+    assert sorted(r["step"] for r in read_jsonl(alpha_out / "ppo" / "metrics.jsonl")) == [0, 1]
+
+
+def read_parquet_rows(path):
+    import pandas as pd
+
+    return pd.read_parquet(path).to_dict("records")
