@@ -1,0 +1,1 @@
+"""GraMMA: graph-conditioned exploration, a knowledge-graph environment for the same engine."""
