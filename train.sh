@@ -62,13 +62,8 @@ else
 fi
 
 stage "4/5 simulated pool server"
-LOG="$OUT/pool_server.log"
-$PY -m router_r1.pool.server --backend sim --pool configs/pool/sim.yaml --port 0 --latency-scale 0 >"$LOG" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 100); do grep -q "listening on" "$LOG" 2>/dev/null && break; sleep 0.2; done
-URL=$(grep -o "http://[^ ]*/v1" "$LOG" | head -1)
-[ -n "$URL" ] || { echo "pool server did not start; see $LOG" >&2; exit 1; }
+source scripts/sim_pool.sh
+start_sim_pool "$OUT/pool_server.log"
 echo "pool at $URL"
 
 stage "5/5 PPO against the pool"
