@@ -399,3 +399,13 @@ def test_token_mean_weighs_every_token_of_the_mini_batch_equally_however_split()
     # seq-mean-token-mean would weigh the lone token of row 1 five times as much as a token of row 0
     (g_seq,) = torch.autograd.grad(agg_loss(loss_mat, mask, "seq-mean-token-mean"), loss_mat)
     assert g_seq[1, 0] == pytest.approx(5 * g_seq[0, 0].item())
+
+
+def test_grpo_leaves_rows_masked_out_whole_out_of_the_group():
+    """AdaTurn's mask baseline: a row without policy tokens must not shift its group's mean or std."""
+    mask = torch.tensor([[1, 1], [0, 0], [1, 0], [1, 1]])
+    adv, _ = compute_grpo_advantages(torch.tensor([1.0, -1.0, 0.0, 0.0]), ["a"] * 4, mask)
+    ref, _ = compute_grpo_advantages(torch.tensor([1.0, 0.0, 0.0]), ["a"] * 3, mask[[0, 2, 3]])
+    assert torch.allclose(adv[[0, 2, 3]], ref)
+    assert torch.equal(adv[1], torch.zeros(2))
+    assert adv[0, 0] == pytest.approx(2 / 3 / (1 / 3) ** 0.5, rel=1e-4)  # (1 - 1/3) / std of [1, 0, 0]

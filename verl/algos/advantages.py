@@ -89,7 +89,9 @@ def compute_grpo_advantages(
 
     Groups are keyed by `group_ids`, which must be unique per prompt (a uid, not a
     per-data-source row index, which collides across sources). The std is unbiased;
-    a group of one sample gets advantage 0. Returns (advantages, returns), equal here.
+    a group of one sample gets advantage 0. A row with no policy token (masked out of
+    training whole) is left out of its group's statistics as well. Returns (advantages,
+    returns), equal here.
     """
     mask = response_mask.bool()
     n = scores.shape[0]
@@ -104,9 +106,10 @@ def compute_grpo_advantages(
 
     s = scores if scores.is_floating_point() else scores.to(torch.float32)
     new = dict(dtype=s.dtype, device=s.device)
-    count = torch.zeros(n_groups, **new).index_add_(0, group, torch.ones_like(s))  # (groups,)
-    mean = torch.zeros(n_groups, **new).index_add_(0, group, s) / count
-    centred = s - mean[group]  # (batch,)
+    live = mask.any(dim=1).to(s.dtype)  # (batch,) 1 = the row has policy tokens
+    count = torch.zeros(n_groups, **new).index_add_(0, group, live)  # (groups,)
+    mean = torch.zeros(n_groups, **new).index_add_(0, group, s * live) / count.clamp(min=1)
+    centred = (s - mean[group]) * live  # (batch,)
     sq = torch.zeros(n_groups, **new).index_add_(0, group, centred**2)
     std = (sq / (count - 1).clamp(min=1)).sqrt()  # (groups,)
 

@@ -182,7 +182,7 @@ class PPOTrainer:
         if o.enable:
             lengths = [len(r) for r in result.response_ids]
             scores = scores + overlong_penalty(lengths, o.max_length, o.buffer, o.factor).astype(np.float32)
-        env_metrics["reward"] = scores.tolist()  # the score the advantages see
+        env_metrics["reward"] = scores.tolist()  # what the advantages see, except rows the env masked out whole
         return Played(rows, result, scores, env_metrics)
 
     def _keep_informative(self, rows, scores, n_batches: int, metrics: dict) -> list[int]:
