@@ -306,10 +306,13 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     return OracleConfig(**vars(p.parse_args(argv)))
 
 
-def main(argv: list[str] | None = None) -> int:
-    cfg = parse_args(argv)
+def main(argv: list[str] | None = None, parse=parse_args, build=run) -> int:
+    """The CLI: parse, build, print what was written (errors as one line, exit 1).
+
+    `parse` / `build` let another oracle (sim_oracle_budget) share it."""
+    cfg = parse(argv)
     try:
-        written = run(cfg)
+        written = build(cfg)
     except (DataBuildError, TemplateError, RegistryError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -28,11 +28,12 @@ from pathlib import Path
 
 from data_process.build_qa import make_prompter, size_arg
 from data_process.schema import DataBuildError
-from data_process.sim_oracle import DEFAULT_POOL, NO_ANSWER, NOISE_MODES, Oracle, Trajectory, pick_mode
-from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
+from data_process import sim_oracle
+from data_process.sim_oracle import DEFAULT_POOL, NOISE_MODES, Oracle, Trajectory, pick_mode
+from router_r1.pool.registry import ModelRegistry, ModelSpec
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import RELATIONS, SimQuestion
-from router_r1.prompts import TemplateError, budget_exhausted_message
+from router_r1.prompts import budget_exhausted_message
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score
 
@@ -250,16 +251,7 @@ def parse_args(argv: list[str] | None = None) -> BudgetOracleConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_args(argv)
-    try:
-        written = run(cfg)
-    except (DataBuildError, TemplateError, RegistryError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"wrote {written['oracle']}: {written['rows']} rows ({written['data_s']:.1f}s); template {written['template']}")
-    if "report" in written:
-        print(written["report"])
-    return 0
+    return sim_oracle.main(argv, parse=parse_args, build=run)
 
 
 if __name__ == "__main__":
