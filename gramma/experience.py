@@ -1,9 +1,12 @@
 """Failure diagnosis into a small taxonomy, and an experience bank of deduplicated advice.
 
-    python -m gramma.experience --trajectories OUT/eval/trajectories_sft.jsonl --out OUT/advice.json
+    python -m gramma.experience --trajectories OUT/eval_val/trajectories_sft.jsonl --out OUT/advice.json
+    python -m gramma.experience --bank OUT/advice.json --data OUT/test.parquet --out OUT/test_advice.parquet
 
-Honest protocol: build the bank from trajectories on a split (val) that is not the one
-the advice is later evaluated on (test). gramma.prompt.with_advice adds the top advice to prompts.
+Honest protocol: build the bank from trajectories on a split (train or val) that is not the
+one the advice is later evaluated on (test). The second form writes a copy of a question file
+whose prompts carry the top advice (gramma.prompt.with_advice): per question kind with
+--per-kind (the advice learned from failures on questions of the same kind), else global.
 """
 from __future__ import annotations
 
@@ -52,26 +55,34 @@ def advice_for(kind: str, gt: dict) -> str:
 class ExperienceBank:
     counts: Counter = field(default_factory=Counter)  # advice text -> times seen
     kinds: Counter = field(default_factory=Counter)  # taxonomy class -> times seen
+    by_question: dict = field(default_factory=dict)  # question kind (data_source) -> Counter of advice
 
-    def add(self, kind: str | None, gt: dict) -> None:
+    def add(self, kind: str | None, gt: dict, question_kind: str | None = None) -> None:
         if kind is None:
             return
         if kind not in TAXONOMY:
             raise ValueError(f"unknown failure class {kind!r}; expected one of {TAXONOMY}")
         self.kinds[kind] += 1
-        self.counts[advice_for(kind, gt)] += 1
+        text = advice_for(kind, gt)
+        self.counts[text] += 1
+        if question_kind:
+            self.by_question.setdefault(question_kind, Counter())[text] += 1
 
-    def top(self, n: int = 3) -> list[str]:
-        """The n most frequent advice lines, with their counts (ties: alphabetical, so stable)."""
-        best = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    def top(self, n: int = 3, question_kind: str | None = None) -> list[str]:
+        """The n most frequent advice lines, with their counts (ties: alphabetical, so stable);
+        with `question_kind`, only advice from failures on questions of that kind."""
+        counts = self.counts if question_kind is None else self.by_question.get(question_kind, Counter())
+        best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
         return [f"{text} (seen {c} times)" for text, c in best]
 
     def to_json(self) -> dict:
-        return {"kinds": dict(self.kinds), "advice": dict(self.counts)}
+        return {"kinds": dict(self.kinds), "advice": dict(self.counts),
+                "by_question": {k: dict(v) for k, v in self.by_question.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> "ExperienceBank":
-        return cls(Counter(d.get("advice", {})), Counter(d.get("kinds", {})))
+        return cls(Counter(d.get("advice", {})), Counter(d.get("kinds", {})),
+                   {k: Counter(v) for k, v in (d.get("by_question") or {}).items()})
 
 
 def bank_from_records(records: list[dict]) -> ExperienceBank:
@@ -80,25 +91,56 @@ def bank_from_records(records: list[dict]) -> ExperienceBank:
     for i, r in enumerate(records):
         try:
             bank.add(diagnose(r["gt"], r["answer"], r["em"], r["visited"], r["cross_checked"], r["evidence_ok"]),
-                     r["gt"])
+                     r["gt"], r.get("kind"))
         except KeyError as e:
             raise ValueError(f"record {i}: missing field {e}") from e
     return bank
 
 
+def apply_advice(data: str | Path, bank: ExperienceBank, out: str | Path, n: int = 3, per_kind: bool = False) -> int:
+    """Write a copy of the question parquet `data` whose prompts carry the bank's top advice; returns rows."""
+    import pandas as pd
+
+    from gramma.prompt import with_advice
+    from verl.trainer.dataset import to_python
+
+    frame = pd.read_parquet(data)
+    prompts = []
+    for r in frame.to_dict("records"):
+        advice = bank.top(n, r["data_source"] if per_kind else None)
+        prompts.append(with_advice([dict(m) for m in to_python(r["prompt"])], advice))
+    frame = frame.copy()
+    frame["prompt"] = prompts
+    frame.to_parquet(out, index=False)
+    return len(frame)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gramma.experience", description=__doc__.split("\n\n")[0])
-    p.add_argument("--trajectories", required=True, help="JSONL from gramma.evaluate on the advice split (val)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trajectories", help="JSONL from gramma.evaluate on the advice split (train or val)")
+    src.add_argument("--bank", help="advice JSON written by the first form: put its advice into --data's prompts")
+    p.add_argument("--data", help="with --bank: the question parquet to copy with advice")
     p.add_argument("--out", required=True)
     p.add_argument("--top", type=int, default=3)
+    p.add_argument("--per-kind", action="store_true", help="with --bank: advice from the same question kind")
     args = p.parse_args(argv)
+    if args.bank:
+        if not args.data:
+            p.error("--bank needs --data")
+        bank = ExperienceBank.from_json(json.loads(Path(args.bank).read_text()))
+        rows = apply_advice(args.data, bank, args.out, args.top, args.per_kind)
+        print(f"wrote {args.out}: {rows} rows with advice ({'per kind' if args.per_kind else 'global'}, "
+              f"top {args.top})")
+        return 0
     records = [json.loads(x) for x in Path(args.trajectories).read_text().splitlines() if x.strip()]
     try:
         bank = bank_from_records(records)
     except ValueError as e:
         print(f"error: {args.trajectories}: {e}", file=sys.stderr)
         return 1
-    out = bank.to_json() | {"top": bank.top(args.top), "source": args.trajectories}
+    out = bank.to_json() | {"top": bank.top(args.top), "source": args.trajectories,
+                            "top_by_question": {k: bank.top(args.top, k) for k in sorted(bank.by_question)}}
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
     return 0

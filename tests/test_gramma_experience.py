@@ -63,3 +63,49 @@ def test_cli_builds_the_bank_from_evaluation_records(tmp_path, capsys):
     assert main(["--trajectories", str(path), "--out", str(tmp_path / "a2.json")]) == 1
     assert "record 0: missing field" in capsys.readouterr().err
     assert bank_from_records([]).top() == []
+
+
+def test_bank_keeps_advice_per_question_kind():
+    bank = bank_from_records([
+        {"kind": "kg_2hop", "gt": TWO_HOP, "answer": "X", "em": 0.0, "visited": ["p"], "cross_checked": [],
+         "evidence_ok": False},
+        {"kind": "kg_visual", "gt": VISUAL, "answer": "G", "em": 0.0, "visited": ["p"], "cross_checked": [],
+         "evidence_ok": False},
+        {"kind": "kg_visual", "gt": VISUAL, "answer": "G", "em": 0.0, "visited": ["p"], "cross_checked": ["g"],
+         "evidence_ok": False}])
+    assert bank.top(1, "kg_visual") == ["Use CROSS_MODAL on the candidates before saying what a picture shows. "
+                                        "(seen 2 times)"]
+    assert bank.top(3, "kg_2hop") == ["Follow every hop the question needs (works_for then headquartered_in) "
+                                      "before STOP. (seen 1 times)"]
+    assert bank.top(3, "kg_1hop") == []  # no failures seen on that kind: no advice
+    assert ExperienceBank.from_json(json.loads(json.dumps(bank.to_json()))).top(3, "kg_visual") == \
+        bank.top(3, "kg_visual")
+
+
+def test_cli_writes_questions_with_advice(tmp_path):
+    import pandas as pd
+
+    from data_process.kg_synth import SynthConfig, build
+
+    build(SynthConfig(out_dir=tmp_path / "d", persons=40, cities=8, companies=5, teams=3, countries=3))
+    bank = ExperienceBank()
+    bank.add("missed visual check", VISUAL, "kg_visual")
+    bank.add("early stop", TWO_HOP, "kg_2hop")
+    bank.add("early stop", TWO_HOP, "kg_2hop")
+    (tmp_path / "bank.json").write_text(json.dumps(bank.to_json()))
+    src = tmp_path / "d" / "test.parquet"
+    for per_kind, out in ((True, tmp_path / "per.parquet"), (False, tmp_path / "all.parquet")):
+        args = ["--bank", str(tmp_path / "bank.json"), "--data", str(src), "--out", str(out), "--top", "1"]
+        assert main(args + (["--per-kind"] if per_kind else [])) == 0
+    before, per, glob = (pd.read_parquet(p) for p in (src, tmp_path / "per.parquet", tmp_path / "all.parquet"))
+    assert len(before) == len(per) == len(glob) > 0
+    for b, x, y in zip(before.to_dict("records"), per.to_dict("records"), glob.to_dict("records")):
+        assert list(x["prompt"])[1] == list(b["prompt"])[1]  # the question is untouched
+        sys_per, sys_all = x["prompt"][0]["content"], y["prompt"][0]["content"]
+        assert sys_all.endswith("before STOP. (seen 2 times)")
+        if x["data_source"] == "kg_visual":
+            assert sys_per.endswith("what a picture shows. (seen 1 times)")
+        elif x["data_source"] == "kg_2hop":
+            assert sys_per == sys_all
+        else:
+            assert sys_per == b["prompt"][0]["content"] == INSTRUCTIONS
