@@ -6,6 +6,7 @@ distribution: its returned log-probs against a teacher-forced forward of the HF 
 the same tokens, and greedy agreement with the plain loop.
 
     python scripts/bench_rollout.py --shape qwen2.5-3b --batch 64 256 --out results.json   # GPU
+    python scripts/bench_rollout.py --compile ...   # also StaticRollout with rollout.compile=true
     python scripts/bench_rollout.py --tiny                                                 # CPU smoke
 """
 from __future__ import annotations
@@ -79,20 +80,24 @@ def teacher_forced_logprobs(model, prompt: list[int], generated: list[int]) -> t
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(generated, device=model.device)[:, None])[:, 0]
 
 
-def profile(fast: StaticRollout, prompts, sp: SamplingParams, device: str) -> None:
-    """Where the time of one call goes: prefill, one replayed decode step, and the top kernels."""
+def profile(fast: StaticRollout, prompts, sp: SamplingParams, device: str, kernels: bool) -> dict:
+    """Where the time of one call goes: prefill, one replayed decode step, and (kernels) the top kernels."""
     with torch.inference_mode():
+        fast._prefill(prompts, len(prompts[0]))  # warm (a compiled prefill compiles here)
         t_pre = timed(lambda: fast._prefill(prompts, len(prompts[0])), device)
         step = fast._step_fn(len(prompts), fast.max_model_len - fast.bucket, sp)
         t_step = timed(lambda: [step() for _ in range(32)], device) / 32
     print(f"  prefill {t_pre * 1e3:.1f} ms; decode step {t_step * 1e3:.2f} ms "
           f"(x{sp.max_new_tokens} = {t_step * sp.max_new_tokens:.2f} s)", flush=True)
+    if not kernels:
+        return {"prefill_s": t_pre, "decode_step_s": t_step}
     from torch.profiler import ProfilerActivity, profile as torch_profile
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fast.generate(prompts, sp)
         sync(device)
     print(prof.key_averages().table(sort_by="cuda_time_total" if device == "cuda" else "cpu_time_total",
                                     row_limit=25), flush=True)
+    return {"prefill_s": t_pre, "decode_step_s": t_step}
 
 
 def main() -> None:
@@ -104,6 +109,7 @@ def main() -> None:
     p.add_argument("--skip-loop", action="store_true", help="do not time the plain HFRollout loop")
     p.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny shape, small batch")
     p.add_argument("--profile", action="store_true", help="time prefill and one decode step; top CUDA kernels")
+    p.add_argument("--compile", action="store_true", help="also time StaticRollout(compile=True) (rollout.compile)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     if args.tiny:
@@ -114,48 +120,60 @@ def main() -> None:
     for shape in args.shape:
         model = build(shape, device, dtype)
         vocab = model.config.vocab_size
-        fast = StaticRollout(model, _Tok(), device=device, max_batch_size=max(args.batch),
-                             max_model_len=args.prompt_len + args.new_tokens + StaticRollout.bucket,
-                             eos_token_ids=[])
+        opts = dict(device=device, max_batch_size=max(args.batch), eos_token_ids=[],
+                    max_model_len=args.prompt_len + args.new_tokens + StaticRollout.bucket)
+        fasts = {"static": StaticRollout(model, _Tok(), **opts)}
+        if args.compile:
+            fasts["compiled"] = StaticRollout(model, _Tok(), compile=True, **opts)
         loop = HFRollout(model, _Tok(), device=device, max_batch_size=max(args.batch), eos_token_ids=[])
         sp = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
         for batch in args.batch:
             g = torch.Generator().manual_seed(batch)
             prompts = torch.randint(1, vocab, (batch, args.prompt_len), generator=g).tolist()
             new_tokens = batch * args.new_tokens
-            warm = timed(lambda: fast.generate(prompts, sp), device)  # captures the graphs
-            t_fast = timed(lambda: fast.generate(prompts, sp), device)
+            row = {"shape": shape, "batch": batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens}
+            for name, fast in fasts.items():
+                row[f"{name}_first_call_s"] = timed(lambda: fast.generate(prompts, sp), device)  # graphs, compile
+                row[f"{name}_s"] = timed(lambda: fast.generate(prompts, sp), device)
             t_ref = timed(lambda: hf_generate(model, prompts, args.new_tokens), device)
             t_loop = None if args.skip_loop else timed(lambda: loop.generate(prompts, sp), device)
-            row = {"shape": shape, "batch": batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-                   "hf_generate_tok_s": new_tokens / t_ref, "static_tok_s": new_tokens / t_fast,
-                   "speedup_vs_generate": t_ref / t_fast, "static_first_call_s": warm,
-                   "hf_loop_tok_s": None if t_loop is None else new_tokens / t_loop}
+            row.update(hf_generate_tok_s=new_tokens / t_ref, hf_loop_tok_s=None if t_loop is None else new_tokens / t_loop)
+            line = f"{shape:13s} batch {batch:4d}: generate {new_tokens / t_ref:9.0f} tok/s |"
+            if t_loop is not None:
+                line += f"  plain loop {new_tokens / t_loop:9.0f} tok/s |"
+            for name in fasts:
+                row[f"{name}_tok_s"] = new_tokens / row[f"{name}_s"]
+                row[f"{name}_speedup_vs_generate"] = t_ref / row[f"{name}_s"]
+                line += (f"  {name} {row[f'{name}_tok_s']:9.0f} tok/s x{row[f'{name}_speedup_vs_generate']:.1f}"
+                         f" (first call {row[f'{name}_first_call_s']:.1f} s) |")
             results.append(row)
-            loop_txt = "" if t_loop is None else f"  plain loop {new_tokens / t_loop:9.0f} tok/s |"
-            print(f"{shape:13s} batch {batch:4d}: generate {new_tokens / t_ref:9.0f} tok/s |{loop_txt}"
-                  f"  static+graphs {new_tokens / t_fast:9.0f} tok/s | x{t_ref / t_fast:.1f}"
-                  f"  (first call incl. capture {warm:.1f} s)", flush=True)
+            print(line, flush=True)
         if args.profile:
-            profile(fast, prompts, sp, device)
+            for i, (name, fast) in enumerate(fasts.items()):
+                print(f"{shape} {name}, batch {len(prompts)}:", flush=True)
+                results.append({"shape": shape, "variant": name, "batch": len(prompts),
+                                **profile(fast, prompts, sp, device, kernels=i == len(fasts) - 1)})
         # same distribution: returned log-probs vs a teacher-forced forward; greedy vs the plain loop
         g = torch.Generator().manual_seed(1)
         prompts = torch.randint(1, vocab, (8, args.prompt_len), generator=g).tolist()
-        outs = fast.generate(prompts, SamplingParams(max_new_tokens=64, seed=3, return_logprobs=True))
-        diffs = torch.cat([(torch.tensor(o.logprobs, device=device) - teacher_forced_logprobs(model, pr, o.token_ids)).abs()
-                           for pr, o in zip(prompts, outs)])
         greedy = SamplingParams(greedy=True, max_new_tokens=64)
-        a, b = fast.generate(prompts, greedy), loop.generate(prompts, greedy)
-        agree = sum(x == y for oa, ob in zip(a, b) for x, y in zip(oa.token_ids, ob.token_ids)) / (8 * 64)
-        first_split = [next((i for i, (x, y) in enumerate(zip(oa.token_ids, ob.token_ids)) if x != y), 64)
-                       for oa, ob in zip(a, b)]
-        check = {"shape": shape, "logprob_abs_diff_max": float(diffs.max()), "logprob_abs_diff_mean": float(diffs.mean()),
-                 "greedy_token_agreement": agree, "greedy_first_divergence": first_split}
-        results.append(check)
-        print(f"{shape:13s} check: |logprob - teacher forced| max {check['logprob_abs_diff_max']:.4f} "
-              f"mean {check['logprob_abs_diff_mean']:.5f}; greedy tokens equal to the plain loop {agree:.3f} "
-              f"(first divergence per row {first_split})", flush=True)
-        del model, fast, loop
+        b = loop.generate(prompts, greedy)
+        for name, fast in fasts.items():
+            outs = fast.generate(prompts, SamplingParams(max_new_tokens=64, seed=3, return_logprobs=True))
+            diffs = torch.cat([(torch.tensor(o.logprobs, device=device) - teacher_forced_logprobs(model, pr, o.token_ids)).abs()
+                               for pr, o in zip(prompts, outs)])
+            a = fast.generate(prompts, greedy)
+            agree = sum(x == y for oa, ob in zip(a, b) for x, y in zip(oa.token_ids, ob.token_ids)) / (8 * 64)
+            first_split = [next((i for i, (x, y) in enumerate(zip(oa.token_ids, ob.token_ids)) if x != y), 64)
+                           for oa, ob in zip(a, b)]
+            check = {"shape": shape, "variant": name, "logprob_abs_diff_max": float(diffs.max()),
+                     "logprob_abs_diff_mean": float(diffs.mean()), "greedy_token_agreement": agree,
+                     "greedy_first_divergence": first_split}
+            results.append(check)
+            print(f"{shape:13s} {name} check: |logprob - teacher forced| max {check['logprob_abs_diff_max']:.4f} "
+                  f"mean {check['logprob_abs_diff_mean']:.5f}; greedy tokens equal to the plain loop {agree:.3f} "
+                  f"(first divergence per row {first_split})", flush=True)
+        model = fasts = fast = loop = None  # free the GPU before the next shape
         if device == "cuda":
             torch.cuda.empty_cache()
     if args.out:

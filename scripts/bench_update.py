@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from verl.protocol import DataProto  # noqa: E402
 from verl.workers.actor import ActorWorker  # noqa: E402
 from verl.workers.config import ActorConfig  # noqa: E402
-from verl.workers.model_loader import set_checkpointing  # noqa: E402
+from verl.workers.model_loader import compile_decoder_layers, set_checkpointing  # noqa: E402
 
 QWEN2 = dict(model_type="qwen2", vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
              rms_norm_eps=1e-6, tie_word_embeddings=True)
@@ -53,7 +53,8 @@ def parse_args(argv=None):
     p.add_argument("--response", type=int, nargs=2, default=(64, 1024), metavar=("MIN", "MAX"))
     p.add_argument("--ref-micro-batch-size", type=int, default=8)
     p.add_argument("--ours", default="1:32768:65536,1:16384:65536,0:8192:65536,0:12288:65536",
-                   help="variants of ours, comma-separated CKPT:TRAIN_TOKENS:LOG_PROB_TOKENS (CKPT 1/0)")
+                   help="variants of ours, comma-separated CKPT:TRAIN_TOKENS:LOG_PROB_TOKENS[:COMPILE] (CKPT, "
+                        "COMPILE 1/0)")
     p.add_argument("--chunk", type=int, default=2048, help="ours: positions per float32 logits chunk")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--iters", type=int, default=2)
@@ -74,11 +75,14 @@ def parse_args(argv=None):
 def parse_variants(text: str) -> list[dict]:
     out = []
     for item in text.split(","):
+        fields = item.split(":")
         try:
-            ckpt, train, log_prob = (int(x) for x in item.split(":"))
-        except ValueError:
-            raise SystemExit(f"--ours: {item!r} is not CKPT:TRAIN_TOKENS:LOG_PROB_TOKENS")
-        out.append(dict(checkpointing=bool(ckpt), max_tokens=train, log_prob_max_tokens=log_prob))
+            ckpt, train, log_prob, compiled = (int(x) for x in (fields + ["0"])[:4])
+            assert len(fields) in (3, 4)
+        except (ValueError, AssertionError):
+            raise SystemExit(f"--ours: {item!r} is not CKPT:TRAIN_TOKENS:LOG_PROB_TOKENS[:COMPILE]")
+        out.append(dict(checkpointing=bool(ckpt), max_tokens=train, log_prob_max_tokens=log_prob,
+                        compile=bool(compiled)))
     return out
 
 
@@ -108,11 +112,13 @@ def configure(worker: ActorWorker, args, variant: dict | None) -> None:
         cfg.max_tokens_per_micro_batch = cfg.log_prob_max_tokens_per_micro_batch = None
         cfg.micro_batch_size = args.ref_micro_batch_size
         set_checkpointing(worker.model, True)
+        compile_decoder_layers(worker.model, False)
     else:
         cfg.use_remove_padding, cfg.logprob_chunk_size = True, args.chunk
         cfg.max_tokens_per_micro_batch = variant["max_tokens"]
         cfg.log_prob_max_tokens_per_micro_batch = variant["log_prob_max_tokens"]
         set_checkpointing(worker.model, variant["checkpointing"])
+        compile_decoder_layers(worker.model, variant["compile"])
 
 
 def sync(device: str) -> None:
@@ -201,7 +207,7 @@ def main(argv=None) -> dict:
 
     runs, ours_variants = [], []
     for variant in [None] + variants:
-        name = "reference" if variant is None else "ours[ckpt={checkpointing:d},tokens={max_tokens},lp_tokens={log_prob_max_tokens}]".format(**variant)
+        name = "reference" if variant is None else "ours[ckpt={checkpointing:d},tokens={max_tokens},lp_tokens={log_prob_max_tokens},compile={compile:d}]".format(**variant)
         configure(worker, args, variant)
         try:
             run = time_run(worker, data, args)

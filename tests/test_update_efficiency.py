@@ -15,7 +15,7 @@ from verl.workers.actor import ActorWorker
 from verl.workers.config import ActorConfig, CriticConfig
 from verl.workers.critic import CriticWorker
 from verl.workers.micro_batch import pack_rows, response_logit_index
-from verl.workers.model_loader import _varlen_flash, packed_attention_forward
+from verl.workers.model_loader import _varlen_flash, compile_decoder_layers, packed_attention_forward
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V = 80
@@ -244,3 +244,25 @@ def test_bench_update_tiny_runs(tmp_path):
     assert result["max_abs_logprob_diff"] < 1e-4  # both paths score the same tokens alike
     assert result["ratio_update_tokens_per_s"] > 0
     assert "ratio" in proc.stdout
+
+
+def test_compiled_decoder_layers_give_the_eager_log_probs_and_gradients():
+    """model.compile=true: each decoder layer torch.compile'd (packed rows, dynamic shapes) computes
+    the eager log-probs and gradients; switching back to eager really restores the plain call."""
+    data = make_batch(seed=5)
+    eager, fused = actor(use_remove_padding=True), actor(use_remove_padding=True, compile=True)
+    layers = fused.model.model.layers
+    assert all(layer._compiled_call_impl is not None for layer in layers)
+    lp = [w.compute_log_prob(data).batch["old_log_probs"] for w in (eager, fused)]
+    torch.testing.assert_close(lp[1], lp[0], atol=1e-5, rtol=1e-5)
+    data = data.union(eager.compute_log_prob(data))
+    for w in (eager, fused):
+        w.update_actor(data)
+    g_ref, g_fast = grads(eager), grads(fused)
+    assert g_ref.keys() == g_fast.keys()
+    for name in g_ref:
+        torch.testing.assert_close(g_fast[name], g_ref[name], atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+    compile_decoder_layers(fused.model, False)
+    assert all(layer._compiled_call_impl is None for layer in layers)
+    with pytest.raises(ValueError, match="no decoder layer stack"):
+        compile_decoder_layers(torch.nn.Linear(2, 2))

@@ -41,6 +41,7 @@ def worker_configs(cfg: DictConfig, tokenizer) -> tuple[ActorConfig, CriticConfi
     critic_model = policy if m.critic_path is None else spec_for_tokenizer(m.critic_path, tokenizer)
     dtype = "bfloat16" if m.dtype in ("auto", "bf16", "bfloat16") else "float32"
     shared = dict(tokenizer=tokenizer, dtype=dtype, seed=m.seed, gradient_checkpointing=m.gradient_checkpointing,
+                  compile=m.compile,
                   param_offload=a.param_offload, use_remove_padding=a.use_remove_padding,
                   log_prob_max_tokens_per_micro_batch=a.log_prob_max_tokens_per_micro_batch)
     actor = ActorConfig(
@@ -62,7 +63,7 @@ def rollout_config(cfg: DictConfig) -> dict:
     r = cfg.rollout
     out = {"name": r.name, "max_batch_size": r.max_batch_size, "tensor_parallel_size": r.tensor_parallel_size,
            "gpu_memory_utilization": r.gpu_memory_utilization, "seed": cfg.trainer.seed,
-           "cuda_graph": r.cuda_graph,
+           "cuda_graph": r.cuda_graph, "compile": r.compile,
            "max_model_len": r.max_model_len or cfg.data.max_prompt_length + r.max_response_length + r.response_length}
     if isinstance(cfg.model.path, str):  # vLLM starts from the checkpoint, then gets the actor's weights
         out["model_path"] = cfg.model.path

@@ -26,7 +26,7 @@ from verl.workers import fsdp
 from verl.workers.config import ActorConfig, WorkerConfig
 from verl.workers.micro_batch import (SEQ_KEYS, loss_units, make_micro_batches, pack_rows, pad_response,
                                       response_logit_index, split_rows, trim_padding)
-from verl.workers.model_loader import PACKED_ATTENTION, load_model, to_dtype
+from verl.workers.model_loader import PACKED_ATTENTION, compile_decoder_layers, load_model, to_dtype
 
 
 class FSDPWorker(Worker):
@@ -48,6 +48,8 @@ class FSDPWorker(Worker):
         model = load_model(cfg.model, load_dtype, role="critic" if self.role == "critic" else "actor",
                            seed=cfg.seed, gradient_checkpointing=cfg.gradient_checkpointing and self.trainable,
                            attn_implementation=PACKED_ATTENTION if cfg.use_remove_padding else None)
+        if cfg.compile:  # before sharding: FSDP2 wraps the compiled layers
+            compile_decoder_layers(model)
         self.autocast_dtype = None
         if self.world_size > 1:
             if not cfg.param_offload:
@@ -61,8 +63,11 @@ class FSDPWorker(Worker):
                 self.autocast_dtype = compute_dtype
         self.model = model
         if self.trainable:
+            # The fused (one-kernel) AdamW on one GPU; sharded DTensor parameters keep the default
+            # multi-tensor path, the one that the multi-process tests exercise.
+            fused = self.device.type == "cuda" and self.world_size == 1
             self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas),
-                                               weight_decay=cfg.weight_decay)
+                                               weight_decay=cfg.weight_decay, fused=fused or None)
             warmup = cfg.warmup_steps
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)

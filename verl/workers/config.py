@@ -31,6 +31,7 @@ class WorkerConfig:
     use_remove_padding: bool = False
     loss_agg_mode: str = "token-mean"
     gradient_checkpointing: bool = False
+    compile: bool = False  # torch.compile each decoder layer (model_loader.compile_decoder_layers)
     param_offload: bool = False  # FSDP2 CPUOffloadPolicy: params, grads and optimizer state on CPU
     reshard_after_forward: bool = True
 

@@ -180,6 +180,23 @@ def set_checkpointing(model: nn.Module, enabled: bool) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+def compile_decoder_layers(model: nn.Module, enabled: bool = True) -> int:
+    """torch.compile every decoder layer in place (enabled=False: back to eager); returns how many.
+
+    One compiled graph serves all layers (same code, weights are inputs); dynamic shapes because
+    packed micro-batches change their token count every call. Fuses the norms, rotary and SiLU
+    work between the matmuls."""
+    stacks = [m for name, m in model.named_modules() if name.endswith("layers") and isinstance(m, nn.ModuleList)]
+    if not stacks:
+        raise ValueError(f"compile: no decoder layer stack (a ModuleList named *layers) in {type(model).__name__}")
+    for layer in stacks[0]:
+        if enabled:
+            layer.compile(dynamic=True)
+        else:
+            layer._compiled_call_impl = None  # what nn.Module.compile set; None restores the eager call
+    return len(stacks[0])
+
+
 def spec_for_tokenizer(spec, tokenizer):
     """A config dict gets the tokenizer's vocabulary size and special ids where it has none."""
     if not isinstance(spec, dict):

@@ -47,6 +47,34 @@ def sample_from_uniform(logits: torch.Tensor, u: torch.Tensor, sampling: Samplin
     return idx.clamp_(max=logits.shape[-1] - 1)
 
 
+def sample_and_logprob(logits: torch.Tensor, u: torch.Tensor, sampling: SamplingParams):
+    """Token (rows,) and, when asked, its log-prob under the unfiltered softmax (rows, 1) or None."""
+    tok = sample_from_uniform(logits, u, sampling)
+    lp = torch.log_softmax(logits, -1).gather(-1, tok[:, None]) if sampling.return_logprobs else None
+    return tok, lp
+
+
+def pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_heads: int):
+    """Norm, fused q|k|v projection, rotary on q and k. h: (rows, T, hidden); cos/sin: (rows, T, 1, D).
+
+    Returns q (rows, heads, T, D) and k, v (rows, kv_heads, T, D)."""
+    rows, T, _ = h.shape
+    qkv = F.linear(F.rms_norm(h, h.shape[-1:], norm_w, eps), qkv_w, qkv_b)
+    qkv = qkv.view(rows, T, heads + 2 * kv_heads, -1)  # (rows, T, heads + 2 kv, D)
+    D = qkv.shape[-1]
+    qk = qkv[:, :, :heads + kv_heads]  # rotary on queries and keys at once
+    qk = qk * cos + torch.cat([-qk[..., D // 2:], qk[..., :D // 2]], dim=-1) * sin
+    return qk[:, :, :heads].transpose(1, 2), qk[:, :, heads:].transpose(1, 2), qkv[:, :, heads + kv_heads:].transpose(1, 2)
+
+
+def post_attention(h, o, o_w, o_b, norm_w, eps: float, gate_up_w, gate_up_b, down_w, down_b):
+    """Output projection + residual, then the SiLU-gated MLP + residual. o: (rows, heads, T, D)."""
+    rows, heads, T, D = o.shape
+    h = h + F.linear(o.transpose(1, 2).reshape(rows, T, heads * D), o_w, o_b)
+    gate, up = F.linear(F.rms_norm(h, h.shape[-1:], norm_w, eps), gate_up_w, gate_up_b).chunk(2, dim=-1)
+    return h + F.linear(F.silu(gate) * up, down_w, down_b)
+
+
 class StaticRollout(HFRollout):
     """RolloutBackend with a static KV cache and CUDA-graph decode (eager on CPU)."""
 
@@ -54,7 +82,7 @@ class StaticRollout(HFRollout):
 
     def __init__(self, model, tokenizer, device="cpu", dtype=None, max_batch_size: int = 256,
                  max_model_len: int = 4096, eos_token_ids=None, cuda_graph: bool = True, chunk: int = 16,
-                 prefill_tokens: int = 32768):
+                 prefill_tokens: int = 32768, compile: bool = False):
         cfg = model.config
         if cfg.model_type not in SUPPORTED_TYPES:
             raise ValueError(f"StaticRollout supports model_type {SUPPORTED_TYPES}, got {cfg.model_type!r}; "
@@ -62,6 +90,8 @@ class StaticRollout(HFRollout):
         rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
         if rope.get("rope_type", rope.get("type", "default")) not in STATIC_ROPE_TYPES:
             raise ValueError(f"StaticRollout: rope type {rope.get('rope_type')!r} is not supported; use rollout.name=hf")
+        if getattr(cfg, "hidden_act", "silu") != "silu":
+            raise ValueError(f"StaticRollout: hidden_act {cfg.hidden_act!r} is not supported (silu only); use rollout.name=hf")
         if getattr(cfg, "use_sliding_window", False):
             raise ValueError("StaticRollout: sliding-window attention is not supported; use rollout.name=hf")
         super().__init__(model, tokenizer, device=device, dtype=dtype, max_batch_size=max_batch_size,
@@ -77,6 +107,12 @@ class StaticRollout(HFRollout):
         self._state: dict | None = None  # cache and step buffers, allocated on first use
         self._fused: list[dict] = []  # per layer: qkv / gate_up weights that the HF parameters view
         self._graphs: dict = {}
+        # torch.compile fuses the elementwise work between the matmuls (norms, rotary, residuals,
+        # SiLU*up, the sampler's softmax/cumsum); one compiled graph serves every layer, since the
+        # layers' weights are arguments. The cache writes and decode attention stay eager: an
+        # in-place write into a graph input could be functionalised into a copy of the cache.
+        wrap = torch.compile if compile else (lambda f: f)
+        self._pre, self._post, self._sample = wrap(pre_attention), wrap(post_attention), wrap(sample_and_logprob)
 
     # ---- buffers -----------------------------------------------------------------------
 
@@ -149,21 +185,16 @@ class StaticRollout(HFRollout):
         """Run every decoder layer; `attend(layer_index, q, k, v)` does the cache write and attention.
 
         h: (rows, T, hidden); pos: (rows, T); q: (rows, heads, T, head_dim), k/v: (rows, kv, T, head_dim)."""
-        rows, T, _ = h.shape
-        H, KV, D = self.n_heads, self.n_kv, self.head_dim
         cos, sin = self._rotary(pos, h.dtype)
         cos, sin = cos[:, :, None], sin[:, :, None]  # (rows, T, 1, head_dim): broadcast over heads
         for i, layer in enumerate(self.model.model.layers):
-            w = self._fused[i]
-            qkv = F.linear(self._norm(h, layer.input_layernorm), w["qkv_weight"], w["qkv_bias"])
-            qkv = qkv.view(rows, T, H + 2 * KV, D)
-            qk = qkv[:, :, :H + KV]  # rotary on queries and keys at once
-            qk = qk * cos + torch.cat([-qk[..., D // 2:], qk[..., :D // 2]], dim=-1) * sin
-            q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
-            o = attend(i, q, k, qkv[:, :, H + KV:].transpose(1, 2))  # (rows, heads, T, head_dim)
-            h = h + layer.self_attn.o_proj(o.transpose(1, 2).reshape(rows, T, H * D))
-            gate, up = F.linear(self._norm(h, layer.post_attention_layernorm), w["gate_up_weight"]).chunk(2, dim=-1)
-            h = h + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+            w, a, m = self._fused[i], layer.self_attn, layer.mlp
+            q, k, v = self._pre(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
+                                w["qkv_weight"], w["qkv_bias"], cos, sin, self.n_heads, self.n_kv)
+            o = attend(i, q, k, v)  # (rows, heads, T, head_dim)
+            h = self._post(h, o, a.o_proj.weight, a.o_proj.bias, layer.post_attention_layernorm.weight,
+                           layer.post_attention_layernorm.variance_epsilon, w["gate_up_weight"], w["gate_up_bias"],
+                           m.down_proj.weight, m.down_proj.bias)
         return h
 
     def _logits(self, h_last: torch.Tensor) -> torch.Tensor:
@@ -213,10 +244,9 @@ class StaticRollout(HFRollout):
         """Sample from logits (rows, vocab), record token and log-prob at `step`, feed the token next."""
         st = self._state
         u = st["u"][:rows].index_select(1, st["step"]).squeeze(1)        # (rows,)
-        tok = sample_from_uniform(logits, u, sampling)                    # (rows,)
+        tok, lp = self._sample(logits, u, sampling)                       # (rows,), (rows, 1) or None
         st["out"][:rows].index_copy_(1, st["step"], tok[:, None])
-        if sampling.return_logprobs:
-            lp = torch.log_softmax(logits, -1).gather(-1, tok[:, None])  # (rows, 1)
+        if lp is not None:
             st["out_lp"][:rows].index_copy_(1, st["step"], lp)
         st["tok"][:rows].copy_(tok)
         st["step"].add_(1)
