@@ -11,7 +11,11 @@ guess, or the whole question at once), so RL has something to improve. With prob
 `prefer_big` the annotator is cautious instead: it sends the question to the strongest
 (and most expensive) generalist, hop by hop for one hop and whole for two; that model is
 right about as often as the cheap specialists but costs several times more, so a
-cost-aware reward (alpha > 0) has a habit of the warm start to undo.
+cost-aware reward (alpha > 0) has a habit of the warm start to undo. With probability
+`confuse` a hop of a `confuse_domains` domain goes, in the oracle mode, to the cheap expert
+the annotator wrongly takes for that domain's specialist (the cheap model weakest on it):
+a systematic slip, so the supervised policy's greedy choice for that domain is the wrong
+expert, and RL, which samples the right one too and is paid for it, can undo it.
 
 Writes OUT/oracle.parquet (prompt, response_text, segments, answers, ...), the prompt
 template it used (OUT/prompt_template.txt: give it to sim_qa so RL sees the same
@@ -53,6 +57,8 @@ class OracleConfig:
     n: int = 2000
     noise: float = 0.3
     prefer_big: float = 0.0  # P(the annotator sends the question to the strongest generalist)
+    confuse: float = 0.0  # P(an oracle-mode hop of a confuse_domains domain goes to the mistaken expert)
+    confuse_domains: tuple[str, ...] = ("people", "science")
     seed: int = 0  # question draw and noise
     world_seed: int = 0  # must equal the simulated pool's seed
     pool: str | Path = DEFAULT_POOL
@@ -70,6 +76,7 @@ class Trajectory:
     routes: list[tuple[str, str]] = field(default_factory=list)  # (model, query)
     answer: str = NO_ANSWER
     cost_usd: float = 0.0
+    confused: bool = False  # a hop went to the mistaken expert (the confuse slip)
 
     def say(self, text: str) -> None:
         self.segments.append({"text": text, "by_policy": True})
@@ -91,8 +98,10 @@ def reply_answer(reply: str) -> str | None:
 class Oracle:
     """Routes hops to the cheapest reliable model, with the noise modes of NOISE_MODES."""
 
-    def __init__(self, backend: SimBackend, registry: ModelRegistry, max_routes: int = 3):
+    def __init__(self, backend: SimBackend, registry: ModelRegistry, max_routes: int = 3,
+                 confuse: float = 0.0, confuse_domains: tuple[str, ...] = ()):
         self.backend, self.registry, self.max_routes = backend, registry, max_routes
+        self.confuse = confuse
         self.world: SimWorld = backend.world
         self.models = list(registry.models.values())
         for spec in self.models:
@@ -110,6 +119,15 @@ class Oracle:
         if not self.generalists:
             raise DataBuildError(f"{registry.source}: no generalist model (accuracy >= 0.75 on every domain)")
         self.strongest = max(self.generalists, key=lambda s: (min(self.acc[s.name].values()), s.price_out_per_m))
+        # The annotator's mix-up: for each confused domain, the cheap model that knows it least.
+        self.mistaken = {}
+        for d in confuse_domains:
+            if d not in DOMAINS:
+                raise ValueError(f"confuse domain {d!r} is not one of {list(DOMAINS)}")
+            cheap = [s for s in self.models if s not in self.generalists and s is not self.specialist[d]]
+            if not cheap:
+                raise DataBuildError(f"{registry.source}: no cheap non-specialist model to confuse {d!r} with")
+            self.mistaken[d] = min(cheap, key=lambda s: (self.acc[s.name][d], s.price_out_per_m))
 
     def best(self, domain: str, exclude: set[str]) -> ModelSpec | None:
         left = [s for s in self.models if s.name not in exclude]
@@ -156,6 +174,8 @@ class Oracle:
             elif mode == "cheap_other" and i == odd_hop:
                 cheap = [s for s in self.models if s not in self.generalists and s is not spec]
                 spec = rng.choice(cheap) if cheap else spec
+            elif mode == "oracle" and hop.domain in self.mistaken and rng.random() < self.confuse:
+                spec, traj.confused = self.mistaken[hop.domain], True  # no draw unless the domain is confused
             query, think = hop.sub_question, f"A {hop.domain} fact. Ask {spec.name}."
             if i > 0:
                 query = hop.sub_question.replace(hop.subject, got)  # follow the first reply, right or wrong
@@ -188,11 +208,13 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         raise ValueError(f"--noise must be in [0, 1], got {cfg.noise}")
     if not 0.0 <= cfg.prefer_big <= 1.0:
         raise ValueError(f"--prefer-big must be in [0, 1], got {cfg.prefer_big}")
+    if not 0.0 <= cfg.confuse <= 1.0:
+        raise ValueError(f"--confuse must be in [0, 1], got {cfg.confuse}")
     if cfg.max_routes < 2:
         raise ValueError(f"--max-routes must be >= 2 (two hops), got {cfg.max_routes}")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
     backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0)
-    oracle = Oracle(backend, registry, cfg.max_routes)
+    oracle = Oracle(backend, registry, cfg.max_routes, cfg.confuse, cfg.confuse_domains if cfg.confuse > 0 else ())
     prompter = make_prompter(cfg.pool, False, template_path, None)  # the builder sim_qa uses
     questions = backend.world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
     rng = random.Random(cfg.seed)
@@ -208,7 +230,8 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         rows.append({
             "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompter(q.question),
             "response_text": traj.text, "segments": traj.segments, "answers": list(q.answers),
-            "question": q.question, "domain": q.domain, "mode": mode, "routes": len(traj.routes),
+            "question": q.question, "domain": q.domain, "mode": "confused" if traj.confused else mode,
+            "routes": len(traj.routes),
             "route_models": [m for m, _ in traj.routes], "cost_usd": traj.cost_usd,
             "em": em_score(traj.answer, q.answers),
         })
@@ -237,7 +260,7 @@ def report(rows: list[dict], tokenizer=None) -> str:
                 f"routes={sum(r['routes'] for r in rs) / n:.2f} "
                 f"cost={1e6 * sum(r['cost_usd'] for r in rs) / n:.2f}e-6 USD")
     out = [line("all", rows)]
-    for mode in ("oracle", BIG, *NOISE_MODES):
+    for mode in ("oracle", "confused", BIG, *NOISE_MODES):
         rs = [r for r in rows if r["mode"] == mode]
         if rs:
             out.append(line(mode, rs))
@@ -293,6 +316,11 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--noise", type=float, default=0.3, help="probability of a suboptimal trajectory")
     p.add_argument("--prefer-big", type=float, default=0.0,
                    help="probability that the annotator sends the question to the strongest generalist")
+    p.add_argument("--confuse", type=float, default=0.0,
+                   help="probability that an oracle-mode hop of a --confuse-domains domain goes to the cheap "
+                        "model weakest on it (the annotator's systematic mix-up)")
+    p.add_argument("--confuse-domains", type=lambda v: tuple(x for x in v.split(",") if x), default=("people", "science"),
+                   help="comma-separated domains the annotator mixes up (default people,science)")
     p.add_argument("--seed", type=int, default=0, help="question draw and noise seed")
     p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
     p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml with sim: profiles (seen models are used)")
