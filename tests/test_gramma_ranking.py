@@ -66,3 +66,21 @@ def test_minilm_embedding_prefers_the_semantic_match():
     # Match weight 0: only the embedding (and zeroed bonuses) ranks; "born in Lyon" is closest to a birth question.
     r = Ranker(graph(), RankConfig(w_match=0, w_degree=0, w_image=0, w_type=0, w_embed=1.0), embedder=emb)
     assert order(r, "What is the birthplace of Ana Kor?")[0] == "city"
+
+
+def test_asked_relation_on_a_leaving_edge_beats_the_asked_type():
+    # Ana's company vs her birth city for "which city ... the company Ana works for": the relation decides.
+    ents = [Entity("x", "Ana Kor", "person"), Entity("city", "Lyon", "city"), Entity("co", "Acme Corp", "company"),
+            Entity("fan", "Bo Tan", "person"), Entity("pal", "Ed Rin", "person")]
+    trips = [Triple("x", "born_in", "city"), Triple("x", "works_for", "co"),
+             Triple("fan", "friend_of", "x"), Triple("x", "friend_of", "pal")]
+    for _ in range(12):  # the city is a hub: its capped degree bonus is the largest
+        ents.append(Entity(f"p{_}", f"P {_}", "person"))
+        trips.append(Triple(f"p{_}", "born_in", "city"))
+    g = KnowledgeGraph(ents, trips)
+    q = "In which city is the company Ana Kor works for based?"
+    assert [c.entity for c in Ranker(g).rank("x", q)][0] == "co"
+    assert [c.entity for c in Ranker(g, RankConfig(w_relation=0.0)).rank("x", q)][0] == "city"
+    # "friend of Ana" asks for Ana -friend_of-> ?, so Ana's friend comes before someone who calls Ana a friend.
+    friends = [c.entity for c in Ranker(g).rank("x", "Which friend of Ana Kor is shown with a red hat?")]
+    assert friends.index("pal") < friends.index("fan")
