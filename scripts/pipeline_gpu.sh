@@ -15,6 +15,9 @@ N_ORACLE=${N_ORACLE:-4000}
 ORACLE_FLAGS=${ORACLE_FLAGS:---noise 0.3}
 SFT_EPOCHS=${SFT_EPOCHS:-3}
 SFT_LR=${SFT_LR:-3e-4}
+SFT_BATCH=${SFT_BATCH:-32}
+SFT_TIME_LIMIT=${SFT_TIME_LIMIT:-}   # seconds; the SFT stage stops there and saves (empty: none)
+PPO_FLAGS=${PPO_FLAGS:-}             # extra hydra overrides for both PPO runs (e.g. env.schedule=sync)
 STEPS=${STEPS:-60}
 ALPHA=${ALPHA:-0.6}
 BATCH=${BATCH:-64}
@@ -32,7 +35,8 @@ $PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/
 
 stage "supervised warm start"
 $PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$MODEL" --tokenizer "$OUT/oracle/tokenizer" \
-  --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr "$SFT_LR" --batch-size 32 --context-loss-weight 1.0 --device "$DEVICE"
+  --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr "$SFT_LR" --batch-size "$SFT_BATCH" --context-loss-weight 1.0 \
+  --device "$DEVICE" ${SFT_TIME_LIMIT:+--time-limit-s $SFT_TIME_LIMIT}
 cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"
 
 stage "simulated pool server"
@@ -49,7 +53,7 @@ ppo() {  # $1 = alpha, $2 = output dir
     actor.lr=2e-5 actor.ppo_mini_batch_size=$((BATCH / 2)) actor.ppo_micro_batch_size=$((BATCH / 2)) \
     critic.lr=1e-4 critic.ppo_mini_batch_size=$((BATCH / 2)) critic.ppo_micro_batch_size=$((BATCH / 2)) \
     env.pool_url="$URL" env.alpha="$1" trainer.total_steps="$STEPS" trainer.test_freq=10 \
-    trainer.output_dir="$2" trainer.experiment_name="gpu_alpha$1" > "$2.log" 2>&1
+    trainer.output_dir="$2" trainer.experiment_name="gpu_alpha$1" $PPO_FLAGS > "$2.log" 2>&1
 }
 ppo 0.0 "$OUT/ppo_alpha0" & A=$!
 ppo "$ALPHA" "$OUT/ppo_alpha$ALPHA" & B=$!

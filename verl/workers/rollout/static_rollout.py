@@ -75,6 +75,18 @@ def post_attention(h, o, o_w, o_b, norm_w, eps: float, gate_up_w, gate_up_b, dow
     return h + F.linear(F.silu(gate) * up, down_w, down_b)
 
 
+def decode_attention(q, k, v, bias, scaling: float):
+    """One new query per row over the cache. q: (rows, heads, 1, D); k, v: (rows, kv, span, D);
+    bias (rows, 1, 1, span): 0 where the row may attend, -inf elsewhere. Grouped query heads
+    share their kv head without copying it: (rows, kv, g, D) @ (rows, kv, D, span)."""
+    rows, heads, _, D = q.shape
+    kv = k.shape[1]
+    qg = q.reshape(rows, kv, heads // kv, D) * scaling
+    scores = torch.matmul(qg, k.transpose(-1, -2)) + bias                      # (rows, kv, g, span)
+    probs = torch.softmax(scores, -1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs, v).reshape(rows, heads, 1, D)
+
+
 class StaticRollout(HFRollout):
     """RolloutBackend with a static KV cache and CUDA-graph decode (eager on CPU)."""
 
@@ -108,11 +120,12 @@ class StaticRollout(HFRollout):
         self._fused: list[dict] = []  # per layer: qkv / gate_up weights that the HF parameters view
         self._graphs: dict = {}
         # torch.compile fuses the elementwise work between the matmuls (norms, rotary, residuals,
-        # SiLU*up, the sampler's softmax/cumsum); one compiled graph serves every layer, since the
-        # layers' weights are arguments. The cache writes and decode attention stay eager: an
-        # in-place write into a graph input could be functionalised into a copy of the cache.
+        # SiLU*up, the attention's scale/mask/softmax); one compiled graph serves every layer,
+        # since the layers' weights are arguments. The cache writes stay eager (an in-place write
+        # into a graph input could be functionalised into a copy of the cache), so does the sampler
+        # (torch 2.11's inductor fails to generate the vocabulary-wide cumsum).
         wrap = torch.compile if compile else (lambda f: f)
-        self._pre, self._post, self._sample = wrap(pre_attention), wrap(post_attention), wrap(sample_and_logprob)
+        self._pre, self._post, self._attn = wrap(pre_attention), wrap(post_attention), wrap(decode_attention)
 
     # ---- buffers -----------------------------------------------------------------------
 
@@ -244,7 +257,7 @@ class StaticRollout(HFRollout):
         """Sample from logits (rows, vocab), record token and log-prob at `step`, feed the token next."""
         st = self._state
         u = st["u"][:rows].index_select(1, st["step"]).squeeze(1)        # (rows,)
-        tok, lp = self._sample(logits, u, sampling)                       # (rows,), (rows, 1) or None
+        tok, lp = sample_and_logprob(logits, u, sampling)                     # (rows,), (rows, 1) or None
         st["out"][:rows].index_copy_(1, st["step"], tok[:, None])
         if lp is not None:
             st["out_lp"][:rows].index_copy_(1, st["step"], lp)
@@ -260,17 +273,12 @@ class StaticRollout(HFRollout):
         dtype = self.model.get_input_embeddings().weight.dtype
         bias = torch.zeros(rows, 1, 1, span, dtype=dtype, device=cols.device)  # 0 where allowed, -inf elsewhere
         bias.masked_fill_(~allowed[:, None, None, :], float("-inf"))
-        g = self.n_heads // self.n_kv
 
         def attend(i, q, k, v):
             kc, vc = st["k"][i][:rows], st["v"][i][:rows]
             kc.index_copy_(2, st["col"], k)
             vc.index_copy_(2, st["col"], v)
-            # grouped heads share their kv head without copying it: (rows, kv, g, d) @ (rows, kv, d, span)
-            qg = q.reshape(rows, self.n_kv, g, self.head_dim) * self.scaling
-            scores = torch.matmul(qg, kc[:, :, :span].transpose(-1, -2)) + bias
-            probs = torch.softmax(scores, -1, dtype=torch.float32).to(dtype)  # (rows, kv, g, span)
-            return torch.matmul(probs, vc[:, :, :span]).reshape(rows, self.n_heads, 1, self.head_dim)
+            return self._attn(q, kc[:, :, :span], vc[:, :, :span], bias, self.scaling)
 
         h = self.model.model.embed_tokens(st["tok"][:rows, None])         # (rows, 1, hidden)
         h = self._layers(h, st["pos"][:rows, None], attend)
