@@ -35,7 +35,7 @@ from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.sim_backend import SimBackend
-from router_r1.pool.sim_world import DOMAINS, RELATIONS, SimQuestion, SimWorld
+from router_r1.pool.sim_world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, SimQuestion, SimWorld
 from router_r1.prompts import TemplateError, submodel_messages
 from router_r1.protocol import format_observation, render_route
 from router_r1.reward.format import check_format
@@ -61,6 +61,7 @@ class OracleConfig:
     confuse_domains: tuple[str, ...] = ("people", "science")
     seed: int = 0  # question draw and noise
     world_seed: int = 0  # must equal the simulated pool's seed
+    world_entities: int = DEFAULT_ENTITIES  # entities per type; must equal the pool's --world-entities
     pool: str | Path = DEFAULT_POOL
     prompt_template: str | Path | None = None  # None: the compact template with the compact pool text
     two_hop_frac: float = 0.4
@@ -213,7 +214,8 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     if cfg.max_routes < 2:
         raise ValueError(f"--max-routes must be >= 2 (two hops), got {cfg.max_routes}")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
-    backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0)
+    world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
+    backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0, world=world)
     oracle = Oracle(backend, registry, cfg.max_routes, cfg.confuse, cfg.confuse_domains if cfg.confuse > 0 else ())
     prompter = make_prompter(cfg.pool, False, template_path, None)  # the builder sim_qa uses
     questions = backend.world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
@@ -299,7 +301,7 @@ def run(cfg: OracleConfig) -> dict:
         t1 = time.perf_counter()
         corpus = [chat_text(r["prompt"]) for r in rows] + [r["response_text"] for r in rows] + extra
         # Model names and the world's names as single tokens: shorter sequences, one-step copies.
-        names = ModelRegistry.from_yaml(cfg.pool).names + world_words(SimWorld(seed=cfg.world_seed))
+        names = ModelRegistry.from_yaml(cfg.pool).names + world_words(SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities))
         tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=names)
         write_model_config(out / "model.json", tok)
         written.update(tokenizer=str(out / "tokenizer"), model=str(out / "model.json"),
@@ -323,6 +325,8 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
                    help="comma-separated domains the annotator mixes up (default people,science)")
     p.add_argument("--seed", type=int, default=0, help="question draw and noise seed")
     p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
+    p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
+                   help="entities per type of the world (must match the pool server's --world-entities)")
     p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml with sim: profiles (seen models are used)")
     p.add_argument("--prompt-template", default=None, help="template file (default: compact template + compact pool)")
     p.add_argument("--two-hop-frac", type=float, default=0.4)

@@ -17,7 +17,7 @@ from pathlib import Path
 from data_process.build_qa import REPO_ROOT, budget_arg, make_prompter, size_arg, write_parquets
 from data_process.schema import DataBuildError, make_row, validate_row
 from router_r1.pool.registry import RegistryError
-from router_r1.pool.sim_world import SimQuestion, SimWorld
+from router_r1.pool.sim_world import DEFAULT_ENTITIES, SimQuestion, SimWorld
 from router_r1.prompts import TemplateError
 
 DEFAULT_POOL = REPO_ROOT / "configs" / "pool" / "sim.yaml"
@@ -31,6 +31,7 @@ class SimConfig:
     turn_budget: int | None = None
     prompt_template: str | Path | None = None
     world_seed: int = 0  # must equal the simulated pool's seed
+    world_entities: int = DEFAULT_ENTITIES  # entities per type; must equal the pool's --world-entities
     seed: int = 42  # which questions are drawn
     train_size: int = 2000
     val_size: int = 100
@@ -45,7 +46,7 @@ def _chain(q: SimQuestion) -> tuple:
 
 def draw_questions(cfg: SimConfig) -> dict[str, list[SimQuestion]]:
     """Questions per output split; test first, so it does not depend on the val size."""
-    world = SimWorld(seed=cfg.world_seed)
+    world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
     test = world.questions(cfg.test_size, cfg.seed, "test", cfg.two_hop_frac)
     taken = {_chain(q) for q in test}
     # A second draw holds at most test_size chains of test, so val_size are always left. The
@@ -86,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> SimConfig:
     p.add_argument("--turn-budget", type=budget_arg, default=None)
     p.add_argument("--prompt-template", default=None)
     p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
+    p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
+                   help="entities per type of the world (must match the pool server's --world-entities)")
     p.add_argument("--seed", type=int, default=42, help="question sampling seed")
     p.add_argument("--train-size", type=size_arg, default=2000)
     p.add_argument("--val-size", type=size_arg, default=100)

@@ -12,6 +12,7 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-outputs/gpu_pipeline}
 DEVICE=${DEVICE:-cuda}
 N_ORACLE=${N_ORACLE:-4000}
+WORLD_ENTITIES=${WORLD_ENTITIES:-150}  # entities per type; 150 holds ~2,000 one-hop train questions
 ORACLE_FLAGS=${ORACLE_FLAGS:---noise 0.3}
 SFT_EPOCHS=${SFT_EPOCHS:-3}
 SFT_LR=${SFT_LR:-3e-4}
@@ -29,8 +30,8 @@ start=$(date +%s)
 stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
 
 stage "oracle trajectories, tokenizer; QA data"
-$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" $ORACLE_FLAGS --report
-$PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" \
+$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" --world-entities "$WORLD_ENTITIES" $ORACLE_FLAGS --report
+$PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" --world-entities "$WORLD_ENTITIES" \
   --train-size 2000 --val-size 200 --test-size "$EVAL_LIMIT"
 
 stage "supervised warm start"
@@ -41,7 +42,7 @@ cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"
 
 stage "simulated pool server"
 source scripts/sim_pool.sh
-start_sim_pool "$OUT/pool_server.log"
+start_sim_pool "$OUT/pool_server.log" --world-entities "$WORLD_ENTITIES"
 
 stage "PPO, alpha 0 and alpha $ALPHA side by side"
 ppo() {  # $1 = alpha, $2 = output dir

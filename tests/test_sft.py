@@ -152,3 +152,28 @@ def test_cli_errors_are_clear(tmp_path, oracle, capsys):
     assert sft_main(["--data", str(tmp_path / "noseg.parquet"), "--model", json.dumps(SMALL), "--tokenizer",
                      str(oracle / "tokenizer"), "--out", str(tmp_path / "o")]) == 1
     assert "row 0: field 'segments'" in capsys.readouterr().err
+
+
+def test_a_diverging_run_skips_bad_steps_then_stops_without_saving(tmp_path, oracle, capsys, monkeypatch):
+    """Non-finite gradients: the update is skipped (weights stay finite); ten in a row end the run, named, unsaved."""
+    import verl.trainer.sft as sft
+
+    out = tmp_path / "sft"
+    real = sft.batch_losses
+    calls = []
+
+    def poisoned(*args, **kw):  # steps 3.. produce a NaN loss, as a bf16 overflow would
+        loss, context = real(*args, **kw)
+        calls.append(1)
+        return (loss * float("nan"), context) if len(calls) >= 3 else (loss, context)
+
+    monkeypatch.setattr(sft, "batch_losses", poisoned)
+    seen = []
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: seen.append(
+        all(torch.isfinite(p.grad).all() for g in self.param_groups for p in g["params"] if p.grad is not None)))
+    assert sft_main(["--data", str(oracle / "oracle.parquet"), "--model", json.dumps(SMALL), "--tokenizer",
+                     str(oracle / "tokenizer"), "--out", str(out), "--epochs", "8", "--batch-size", "4"]) == 1
+    err = capsys.readouterr().err
+    assert "sft diverged: 10 steps in a row" in err and "up to step 12" in err
+    assert seen == [True, True]  # only the two finite steps reached the optimizer
+    assert not (out / "config.json").exists()

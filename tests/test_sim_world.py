@@ -302,3 +302,28 @@ def test_bad_sim_profile_names_file_model_and_field(tmp_path, sim, field):
     with pytest.raises(SimProfileError) as e:
         SimBackend.from_pool_yaml(path)
     assert str(path) in str(e.value) and "'M'" in str(e.value) and field in str(e.value)
+
+
+def test_world_size_reaches_the_data_the_oracle_and_the_pool_server(tmp_path):
+    """--world-entities: a bigger world holds more train questions, and data, oracle and pool agree on it."""
+    import pandas as pd
+
+    from data_process.sim_oracle import OracleConfig, run
+    from data_process.sim_qa import SimConfig, draw_questions
+    from router_r1.pool.server import _build_backend, _parse_args
+
+    small, big = SimWorld(seed=0, n_entities_per_type=8), SimWorld(seed=0, n_entities_per_type=16)
+    with pytest.raises(ValueError, match="n_entities_per_type=8"):
+        small.questions(150, split="train", two_hop_frac=0.0)
+    assert len(big.questions(150, split="train", two_hop_frac=0.0)) == 150
+
+    server_world = _build_backend(_parse_args(["--latency-scale", "0", "--world-entities", "16"])).world
+    assert set(server_world.entities) == set(big.entities) != set(small.entities)
+    data = draw_questions(SimConfig(out_dir=tmp_path, world_entities=16, train_size=150, val_size=5, test_size=10,
+                                    two_hop_frac=0.0))
+    assert len(data["train"]) == 150
+    written = run(OracleConfig(out_dir=tmp_path / "oracle", n=150, noise=0.0, world_entities=16, two_hop_frac=0.0,
+                               tokenizer=False))
+    oracle = pd.read_parquet(written["oracle"])
+    # its experts know the 16-entity world's facts (in another world they could not tell: EM ~0)
+    assert len(oracle) == 150 and oracle["em"].mean() > 0.9

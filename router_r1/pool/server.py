@@ -27,6 +27,7 @@ from typing import Protocol
 from aiohttp import web
 
 from router_r1.pool.sim_backend import SimBackend
+from router_r1.pool.sim_world import DEFAULT_ENTITIES, SimWorld
 
 __all__ = ["Backend", "FaultConfig", "ServerThread", "SimBackend", "make_app", "main"]
 
@@ -311,6 +312,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--seed", type=int, default=0, help="world and latency seed (sim backend)")
+    p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
+                   help="entities per type of the simulated world (sim backend; the data must use the same)")
     p.add_argument("--latency-scale", type=float, default=1.0, help="0 = answer at once (sim backend)")
     p.add_argument("--hf-model", action="append", default=[], metavar="API_ID=DIR", help="repeatable (hf backend)")
     p.add_argument("--device", default="cpu", help="torch device (hf backend)")
@@ -327,7 +330,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _build_backend(args: argparse.Namespace) -> Backend:
     if args.backend == "sim":
-        return SimBackend.from_pool_yaml(args.pool, seed=args.seed, latency_scale=args.latency_scale)
+        world = SimWorld(seed=args.seed, n_entities_per_type=args.world_entities)
+        return SimBackend.from_pool_yaml(args.pool, seed=args.seed, latency_scale=args.latency_scale, world=world)
     if not args.hf_model:
         raise SystemExit("--backend hf needs at least one --hf-model API_ID=DIR")
     models = {}

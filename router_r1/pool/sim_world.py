@@ -115,6 +115,8 @@ RELATIONS: dict[str, Relation] = {r.name: r for r in (
 # generates them and the parser never reads a query as one.
 TRIVIAL_CHAINS = {("capital", "located_in"), ("mentor", "mentor")}
 
+DEFAULT_ENTITIES = 150  # entities per type: ~2,000 one-hop train questions; more for bigger models
+
 # Entities per type, as multiples of n_entities_per_type (cities and people are the
 # objects of many relations, so there are more of them).
 _TYPE_SCALE = {"country": 1, "city": 3, "person": 3, "company": 1, "band": 1, "team": 1, "element": 1}
@@ -196,7 +198,7 @@ class Parse:
 class SimWorld:
     """Entities, facts, questions with oracle decompositions, and a query parser."""
 
-    def __init__(self, seed: int = 0, n_entities_per_type: int = 150, test_frac: float = 0.3):
+    def __init__(self, seed: int = 0, n_entities_per_type: int = DEFAULT_ENTITIES, test_frac: float = 0.3):
         if n_entities_per_type < 4:
             raise ValueError(f"SimWorld: n_entities_per_type must be >= 4, got {n_entities_per_type}")
         if not 0.0 < test_frac < 1.0:

@@ -52,6 +52,13 @@ class SFTDataError(ValueError):
     """A data row that cannot be used; the message names the file, the row and the field."""
 
 
+class SFTDivergedError(RuntimeError):
+    """Training produced non-finite gradients for MAX_BAD_STEPS steps in a row; nothing was saved."""
+
+
+MAX_BAD_STEPS = 10  # consecutive skipped (non-finite) steps before SFT gives up
+
+
 @dataclass
 class SFTConfig:
     data: str
@@ -318,7 +325,7 @@ def train(cfg: SFTConfig) -> dict:
     metrics_path = out / "metrics.jsonl"
     metrics_path.unlink(missing_ok=True)
     step, tokens, t0, stopped = 0, 0, time.perf_counter(), "done"
-    first_loss, last_losses = None, []
+    first_loss, last_losses, bad = None, [], 0
     bar = tqdm(total=total, desc="sft", unit="step", file=sys.stdout, disable=None)
     while step < total and stopped == "done":
         epoch = step // per_epoch
@@ -332,7 +339,15 @@ def train(cfg: SFTConfig) -> dict:
             opt.zero_grad(set_to_none=True)
             (loss if context_loss is None else loss + cfg.context_loss_weight * context_loss).backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
+            if torch.isfinite(grad_norm):
+                opt.step()
+                bad = 0
+            else:  # skip the update so the weights stay finite; give up if it keeps happening
+                bad += 1
+                if bad >= MAX_BAD_STEPS:
+                    raise SFTDivergedError(
+                        f"sft diverged: {bad} steps in a row with a non-finite loss or gradient (up to step "
+                        f"{step + 1}, lr {lr:.3g}); lower --lr. No model was saved to {out}")
             step += 1
             tokens += int(attn.sum())
             value = loss.item()
@@ -400,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     try:
         s = train(cfg)
-    except (SFTDataError, ValueError, OSError) as e:
+    except (SFTDataError, SFTDivergedError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"sft: {s['steps']} steps, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}, "
