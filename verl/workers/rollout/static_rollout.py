@@ -18,7 +18,9 @@ is ours, for Llama/Qwen2-shaped decoders:
   filtered softmax): the same distribution as `torch.multinomial`, no RNG inside the graph;
 - tokens come back to the CPU in chunks of `chunk` steps; stop strings and eos are checked
   there, one chunk behind the GPU, which meanwhile decodes the next chunk. Rows that have
-  finished keep decoding until the whole batch is done (their extra tokens are dropped).
+  finished keep decoding until the whole batch is done (their extra tokens are dropped);
+- with `compile=True` (rollout.compile) the per-layer functions below are torch.compile'd, which
+  fuses the elementwise work between the matmuls; the graphs then replay the compiled kernels.
 
 On CPU the same step runs eagerly (the tests compare it with HFRollout token for token).
 """
