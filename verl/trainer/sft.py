@@ -287,17 +287,14 @@ def batch_losses(model, ids, attn, loss_mask, context_weight: float, amp) -> tup
 
 def load_for_training(cfg: SFTConfig, device: torch.device):
     """(tokenizer, examples, model) for cfg: the model is random-init from a config or loaded."""
-    from transformers import AutoTokenizer
-
+    from verl.utils.tokenizer import load_tokenizer
     from verl.workers.model_loader import load_model, spec_for_tokenizer
 
     spec = parse_model_spec(cfg.model)
     tok_src = cfg.tokenizer or (spec if isinstance(spec, str) else None)
     if tok_src is None:
         raise ValueError("--tokenizer is required when --model is a config")
-    tokenizer = AutoTokenizer.from_pretrained(tok_src)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(str(tok_src))  # a directory, hub id or *.gguf; a pad id is ensured
     examples = tokenize_rows(tokenizer, load_rows(cfg.data), cfg.max_length, str(cfg.data))
     model = load_model(spec_for_tokenizer(spec, tokenizer), dtype=torch.float32, role="actor", seed=cfg.seed)
     return tokenizer, examples, model.to(device)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 
 def load_tokenizer(spec):
-    """A tokenizer object as is; "tiny" (the small BPE of verl.utils.tiny); else from_pretrained(spec)."""
+    """A tokenizer object as is; "tiny" (the small BPE of verl.utils.tiny); a "*.gguf" file (the
+    tokenizer stored in it); else from_pretrained(spec)."""
     if spec is None:
         raise ValueError("no tokenizer configured (model.tokenizer)")
     if not isinstance(spec, str):
@@ -12,9 +13,16 @@ def load_tokenizer(spec):
         from verl.utils.tiny import tiny_tokenizer
 
         return tiny_tokenizer()
+    import os
+
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(spec)
+    if spec.endswith(".gguf"):
+        if not os.path.isfile(spec):
+            raise FileNotFoundError(f"GGUF tokenizer file not found: {spec}")
+        tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(spec)), gguf_file=os.path.basename(spec))
+    else:
+        tok = AutoTokenizer.from_pretrained(spec)
     if tok.pad_token_id is None:  # decoder-only models often ship without one; padding needs an id
         tok.pad_token = tok.eos_token
     return tok
