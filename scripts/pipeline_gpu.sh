@@ -6,6 +6,8 @@
 #
 #   bash scripts/pipeline_gpu.sh                  # defaults below; outputs under $OUT
 #   STEPS=5 N_ORACLE=200 MODEL='{...}' DEVICE=cpu bash scripts/pipeline_gpu.sh   # a smoke run
+#   MODEL=/models/gemma-3-270m.gguf TOKENIZER=/models/gemma-3-270m.gguf ROLLOUT=hf bash scripts/pipeline_gpu.sh
+#                                                 # a pretrained start (its own tokenizer; hf_static is Llama/Qwen2 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -18,6 +20,8 @@ SFT_EPOCHS=${SFT_EPOCHS:-3}
 SFT_LR=${SFT_LR:-3e-4}
 SFT_BATCH=${SFT_BATCH:-32}
 SFT_TIME_LIMIT=${SFT_TIME_LIMIT:-}   # seconds; the SFT stage stops there and saves (empty: none)
+TOKENIZER=${TOKENIZER:-}              # empty: the BPE that the oracle stage trains
+ROLLOUT=${ROLLOUT:-hf_static}
 PPO_FLAGS=${PPO_FLAGS:-}             # extra hydra overrides for both PPO runs (e.g. env.schedule=sync)
 STEPS=${STEPS:-60}
 ALPHA=${ALPHA:-0.6}
@@ -35,7 +39,7 @@ $PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/
   --train-size 2000 --val-size 200 --test-size "$EVAL_LIMIT"
 
 stage "supervised warm start"
-$PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$MODEL" --tokenizer "$OUT/oracle/tokenizer" \
+$PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$MODEL" --tokenizer "${TOKENIZER:-$OUT/oracle/tokenizer}" \
   --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr "$SFT_LR" --batch-size "$SFT_BATCH" --context-loss-weight 1.0 \
   --device "$DEVICE" ${SFT_TIME_LIMIT:+--time-limit-s $SFT_TIME_LIMIT}
 cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"
@@ -50,7 +54,7 @@ ppo() {  # $1 = alpha, $2 = output dir
     "data.train_files=[$OUT/data/train.parquet]" "data.val_files=[$OUT/data/val.parquet]" \
     data.train_batch_size="$BATCH" data.val_batch_size=200 \
     "model.path=$OUT/sft" "model.tokenizer=$OUT/sft" model.dtype=auto trainer.device="$DEVICE" \
-    rollout.name=hf_static rollout.max_batch_size=$((BATCH * 2)) \
+    rollout.name="$ROLLOUT" rollout.max_batch_size=$((BATCH * 2)) \
     actor.lr=2e-5 actor.ppo_mini_batch_size=$((BATCH / 2)) actor.ppo_micro_batch_size=$((BATCH / 2)) \
     critic.lr=1e-4 critic.ppo_mini_batch_size=$((BATCH / 2)) critic.ppo_micro_batch_size=$((BATCH / 2)) \
     env.pool_url="$URL" env.alpha="$1" trainer.total_steps="$STEPS" trainer.test_freq=10 \
