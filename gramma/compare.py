@@ -85,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(table(stats, Path(args.base).stem, Path(args.new).stem))
+    names = [Path(args.base).stem, Path(args.new).stem]
+    if names[0] == names[1]:  # the same checkpoint on two question files: name them by their folders
+        names = [Path(args.base).parent.name, Path(args.new).parent.name]
+    print(table(stats, *names))
     if args.out:
         Path(args.out).write_text(json.dumps({"base": args.base, "new": args.new, "key": args.key, **stats},
                                              indent=2) + "\n")
