@@ -180,7 +180,7 @@ def set_checkpointing(model: nn.Module, enabled: bool) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def compile_decoder_layers(model: nn.Module, enabled: bool = True) -> int:
+def compile_decoder_layers(model: nn.Module, enabled: bool = True, backend: str = "inductor") -> int:
     """torch.compile every decoder layer in place (enabled=False: back to eager); returns how many.
 
     One compiled graph serves all layers (same code, weights are inputs); dynamic shapes because
@@ -191,7 +191,7 @@ def compile_decoder_layers(model: nn.Module, enabled: bool = True) -> int:
         raise ValueError(f"compile: no decoder layer stack (a ModuleList named *layers) in {type(model).__name__}")
     for layer in stacks[0]:
         if enabled:
-            layer.compile(dynamic=True)
+            layer.compile(dynamic=True, backend=backend)
         else:
             layer._compiled_call_impl = None  # what nn.Module.compile set; None restores the eager call
     return len(stacks[0])
