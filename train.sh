@@ -29,11 +29,13 @@ esac
 # Sizes (environment variables; the defaults are the embedded default, the test shrinks them)
 OUT=${OUT:-outputs/embedded}
 N_ORACLE=${N_ORACLE:-2000}      # oracle trajectories for SFT
-NOISE=${NOISE:-0.3}             # P(a random slip: wrong specialist, guess, whole question to anyone)
-PREFER_BIG=${PREFER_BIG:-0.5}   # P(the annotator sends the question to the strongest, dearest generalist)
+NOISE=${NOISE:-0.2}             # P(a random slip: wrong specialist, guess, whole question to anyone)
+PREFER_BIG=${PREFER_BIG:-0.3}   # P(the annotator sends the question to the strongest, dearest generalist)
+CONFUSE=${CONFUSE:-0.8}         # P(a people/science hop goes to the cheap model the annotator mistakes for its specialist)
 SFT_EPOCHS=${SFT_EPOCHS:-6}
 SFT_MAX_STEPS=${SFT_MAX_STEPS:-}  # cap on SFT optimizer steps (empty: all epochs)
-SFT_TIME_LIMIT=${SFT_TIME_LIMIT-300}  # seconds; a safety valve (750 steps take ~140 s on 2 idle cores); empty: none
+SFT_TIME_LIMIT=${SFT_TIME_LIMIT-900}  # seconds; a safety valve (750 steps take ~140 s on 2 idle cores, 6-7 min
+                                      # on a loaded machine; a cut run stops mid-schedule at a high lr: EM 0.18); empty: none
 SFT_FROM=${SFT_FROM:-}          # reuse stages 1-3 of an earlier run (its OUT)
 EVAL_ALPHA=${EVAL_ALPHA:-0}     # alpha of the reward column in the final evaluation
 EVAL_LIMIT=${EVAL_LIMIT:-}      # test questions per file in the final evaluation (empty: all 300)
@@ -45,7 +47,8 @@ stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
 SRC=${SFT_FROM:-$OUT}  # where the data and the SFT model are
 if [ -z "$SFT_FROM" ]; then
 stage "1/5 oracle trajectories, tokenizer, model config"
-$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" --noise "$NOISE" --prefer-big "$PREFER_BIG" --report
+$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" --noise "$NOISE" --prefer-big "$PREFER_BIG" \
+  --confuse "$CONFUSE" --report
 
 stage "2/5 simulated QA data"
 $PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" \

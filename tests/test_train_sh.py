@@ -42,9 +42,11 @@ def test_shortened_embedded_default(tmp_path):
     assert any(rows[s]["route_count/mean"] > 0 for s in (1, 2)), "PPO rollouts made no pool call"
     assert (tmp_path / "hf" / "prompt_template.txt").exists()
 
-    # The warm start holds the cautious annotator's habit: some questions went to the dearest generalist.
+    # The warm start holds the cautious annotator's habit (some questions to the dearest generalist)
+    # and its systematic mix-up (people/science hops to a cheap model that does not know them).
     modes = [r["mode"] for r in read_parquet_rows(tmp_path / "oracle" / "oracle.parquet")]
-    assert 0.3 < modes.count("big") / len(modes) < 0.7
+    assert 0.15 < modes.count("big") / len(modes) < 0.45
+    assert 0.1 < modes.count("confused") / len(modes) < 0.4
 
     # An alpha run from the same warm start: stages 1-3 reused, the evaluation scored with alpha 0.6.
     alpha_out = tmp_path / "alpha06"

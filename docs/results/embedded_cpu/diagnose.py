@@ -12,7 +12,8 @@ given the first failure it shows, in this order:
   copy_slip   the last reply held the gold answer but the final answer differs from it
   ok          right (EM 1)
 Then a table per run: EM per source and per hop domain, the failure counts, the expert each hop
-went to (and how often that expert was right), and for two runs the per-question switches.
+went to (and how often that expert was right), and for two runs the per-question switches
+and a paired bootstrap CI of the EM difference.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import collections
 import json
 import sys
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
@@ -136,6 +139,13 @@ def main(argv=None) -> int:
         won = collections.Counter(a[u]["diag"]["kind"] for u in a if a[u]["em"] < 1 and b[u]["em"] >= 1)
         print(f"\n{names[1]} vs {names[0]}: lost {sum(lost.values())} ({dict(lost)}), "
               f"won {sum(won.values())} (were {dict(won)})")
+        # paired bootstrap of the EM difference on the same questions (tighter than the two CIs)
+        uids = sorted(a)
+        diff = np.array([b[u]["em"] - a[u]["em"] for u in uids])
+        rng = np.random.default_rng(0)
+        boots = diff[rng.integers(0, len(diff), (2000, len(diff)))].mean(axis=1)
+        print(f"EM difference {diff.mean():+.3f}, paired bootstrap 95% CI [{np.quantile(boots, 0.025):+.3f}, "
+              f"{np.quantile(boots, 0.975):+.3f}]")
     return 0
 
 
