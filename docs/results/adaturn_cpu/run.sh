@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # AdaTurn on the embedded default, 2 CPU cores: the exact commands behind README.md here.
-# Needs `bash train.sh` (and docs/results/embedded_cpu/grpo_run.sh) first: it reuses their
+# Needs `bash train.sh` (and docs/results/adaturn_cpu/grpo_run.sh) first: it reuses their
 # test data, tokenizer, model config and the plain checkpoints it compares against.
 #   1. budget-aware oracle trajectories (budgets 1-6 in the prompt, forced-answer examples)
 #   2. SFT on them, starting from the plain router's SFT model (same tokenizer and size); a

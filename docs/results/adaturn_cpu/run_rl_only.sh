@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # AdaTurn by RL alone: GRPO with sampled budgets and budget_mode=forced, started from the plain
-# GRPO router (outputs/grpo, docs/results/embedded_cpu/grpo_run.sh) instead of a budget SFT.
+# GRPO router (outputs/grpo, docs/results/adaturn_cpu/grpo_run.sh) instead of a budget SFT.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PYTHON:-/work/venv/bin/python}
