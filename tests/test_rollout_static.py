@@ -26,9 +26,15 @@ def tok():
     return tiny_tokenizer()
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2"])
-def test_greedy_tokens_and_logprobs_match_hf_rollout(tok, kind):
-    model = tiny_model(len(tok), kind=kind, seed=11)
+@pytest.mark.parametrize("kind,extra", [("llama", {}), ("qwen2", {}),
+                                        ("llama", {"mlp_bias": True, "attention_bias": True})])
+def test_greedy_tokens_and_logprobs_match_hf_rollout(tok, kind, extra):
+    model = tiny_model(len(tok), kind=kind, seed=11, **extra)
+    if extra:  # random init leaves biases at zero: make them matter (gate|up, down, q|k|v, o)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(name)))
     prompts = prompts_of(tok)
     sp = SamplingParams(greedy=True, max_new_tokens=40, return_logprobs=True)
     ref = HFRollout(model, tok, eos_token_ids=[]).generate(prompts, sp)
