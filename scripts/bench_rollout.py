@@ -7,6 +7,7 @@ the same tokens, and greedy agreement with the plain loop.
 
     python scripts/bench_rollout.py --shape qwen2.5-3b --batch 64 256 --out results.json   # GPU
     python scripts/bench_rollout.py --compile ...   # also StaticRollout with rollout.compile=true
+    python scripts/bench_rollout.py --flex ...      # ... and with rollout.decode_attention=flex
     python scripts/bench_rollout.py --tiny                                                 # CPU smoke
 """
 from __future__ import annotations
@@ -110,6 +111,8 @@ def main() -> None:
     p.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny shape, small batch")
     p.add_argument("--profile", action="store_true", help="time prefill and one decode step; top CUDA kernels")
     p.add_argument("--compile", action="store_true", help="also time StaticRollout(compile=True) (rollout.compile)")
+    p.add_argument("--flex", action="store_true",
+                   help="also time compile=True with attention='flex' (rollout.decode_attention=flex)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     if args.tiny:
@@ -125,6 +128,8 @@ def main() -> None:
         fasts = {"static": StaticRollout(model, _Tok(), **opts)}
         if args.compile:
             fasts["compiled"] = StaticRollout(model, _Tok(), compile=True, **opts)
+        if args.flex:
+            fasts["compiled_flex"] = StaticRollout(model, _Tok(), compile=True, attention="flex", **opts)
         loop = HFRollout(model, _Tok(), device=device, max_batch_size=max(args.batch), eos_token_ids=[])
         sp = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
         for batch in args.batch:

@@ -152,3 +152,21 @@ def test_compiled_layers_give_the_eager_tokens(tok):
     for r, o in zip(ref, out):
         assert o.token_ids == r.token_ids
         assert o.logprobs == pytest.approx(r.logprobs, abs=1e-4)
+
+
+def test_flex_decode_attention_gives_the_bmm_tokens(tok):
+    """rollout.decode_attention=flex (eager flex_attention on CPU) decodes as the two-matmul path."""
+    import warnings
+
+    model = tiny_model(len(tok), kind="qwen2", seed=15)
+    prompts = prompts_of(tok)
+    sp = SamplingParams(max_new_tokens=20, seed=4, return_logprobs=True)
+    ref = StaticRollout(model, tok, eos_token_ids=[], max_model_len=64, chunk=4).generate(prompts, sp)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # flex_attention warns that uncompiled it is a reference implementation
+        out = StaticRollout(model, tok, eos_token_ids=[], max_model_len=64, chunk=4, attention="flex").generate(prompts, sp)
+    for r, o in zip(ref, out):
+        assert o.token_ids == r.token_ids
+        assert o.logprobs == pytest.approx(r.logprobs, abs=1e-4)
+    with pytest.raises(ValueError, match="attention must be one of"):
+        StaticRollout(model, tok, attention="sdpa")

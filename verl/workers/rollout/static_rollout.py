@@ -89,6 +89,9 @@ def decode_attention(q, k, v, bias, scaling: float):
     return torch.matmul(probs, v).reshape(rows, heads, 1, D)
 
 
+ATTENTION_KINDS = ("bmm", "flex")
+
+
 class StaticRollout(HFRollout):
     """RolloutBackend with a static KV cache and CUDA-graph decode (eager on CPU)."""
 
@@ -96,7 +99,7 @@ class StaticRollout(HFRollout):
 
     def __init__(self, model, tokenizer, device="cpu", dtype=None, max_batch_size: int = 256,
                  max_model_len: int = 4096, eos_token_ids=None, cuda_graph: bool = True, chunk: int = 16,
-                 prefill_tokens: int = 32768, compile: bool = False):
+                 prefill_tokens: int = 32768, compile: bool = False, attention: str = "bmm"):
         cfg = model.config
         if cfg.model_type not in SUPPORTED_TYPES:
             raise ValueError(f"StaticRollout supports model_type {SUPPORTED_TYPES}, got {cfg.model_type!r}; "
@@ -106,6 +109,8 @@ class StaticRollout(HFRollout):
             raise ValueError(f"StaticRollout: rope type {rope.get('rope_type')!r} is not supported; use rollout.name=hf")
         if getattr(cfg, "hidden_act", "silu") != "silu":
             raise ValueError(f"StaticRollout: hidden_act {cfg.hidden_act!r} is not supported (silu only); use rollout.name=hf")
+        if attention not in ATTENTION_KINDS:
+            raise ValueError(f"StaticRollout: attention must be one of {ATTENTION_KINDS}, got {attention!r}")
         if getattr(cfg, "use_sliding_window", False):
             raise ValueError("StaticRollout: sliding-window attention is not supported; use rollout.name=hf")
         super().__init__(model, tokenizer, device=device, dtype=dtype, max_batch_size=max_batch_size,
@@ -128,6 +133,15 @@ class StaticRollout(HFRollout):
         # (torch 2.11's inductor fails to generate the vocabulary-wide cumsum).
         wrap = torch.compile if compile else (lambda f: f)
         self._pre, self._post, self._attn = wrap(pre_attention), wrap(post_attention), wrap(decode_attention)
+        # attention="flex": decode attention as one flex_attention call (GQA-aware, the mask read from
+        # a persistent bias buffer); compiled on the GPU, where it becomes a fused split-KV kernel
+        # that reads each kv head's cache once. Eager elsewhere (a reference implementation).
+        self.attention = attention
+        self._flex = None
+        if attention == "flex":
+            from torch.nn.attention.flex_attention import flex_attention
+
+            self._flex = torch.compile(flex_attention) if self.device.type == "cuda" else flex_attention
 
     # ---- buffers -----------------------------------------------------------------------
 
@@ -176,7 +190,10 @@ class StaticRollout(HFRollout):
                 "out": torch.zeros(rows, cols, dtype=torch.long, device=dev),   # sampled tokens
                 "out_lp": torch.zeros(rows, cols, dtype=torch.float32, device=dev),
                 "arange": torch.arange(cols, device=dev),
+                "mask_bias": torch.zeros(rows, cols, dtype=torch.float32, device=dev),  # flex: 0 / -inf
             }
+            bias = self._state["mask_bias"]
+            self._score_mod = lambda score, b, h, q_idx, kv_idx: score + bias[b, kv_idx]  # one object: no recompiles
         return self._state
 
     def sleep(self) -> None:
@@ -273,13 +290,19 @@ class StaticRollout(HFRollout):
         # prompt columns of this row, and every generated column up to the current one
         allowed = st["prompt_ok"][:rows, :span] | ((cols >= st["width"]) & (cols <= st["col"]))  # (rows, span)
         dtype = self.model.get_input_embeddings().weight.dtype
-        bias = torch.zeros(rows, 1, 1, span, dtype=dtype, device=cols.device)  # 0 where allowed, -inf elsewhere
-        bias.masked_fill_(~allowed[:, None, None, :], float("-inf"))
+        if self.attention == "flex":
+            st["mask_bias"][:rows, :span] = torch.where(allowed, 0.0, float("-inf"))
+        else:
+            bias = torch.zeros(rows, 1, 1, span, dtype=dtype, device=cols.device)  # 0 where allowed, -inf elsewhere
+            bias.masked_fill_(~allowed[:, None, None, :], float("-inf"))
 
         def attend(i, q, k, v):
             kc, vc = st["k"][i][:rows], st["v"][i][:rows]
             kc.index_copy_(2, st["col"], k)
             vc.index_copy_(2, st["col"], v)
+            if self.attention == "flex":
+                return self._flex(q, kc[:, :, :span], vc[:, :, :span], score_mod=self._score_mod, enable_gqa=True,
+                                  scale=self.scaling)
             return self._attn(q, kc[:, :, :span], vc[:, :, :span], bias, self.scaling)
 
         h = self.model.model.embed_tokens(st["tok"][:rows, None])         # (rows, 1, hidden)
