@@ -301,7 +301,8 @@ def run(cfg: OracleConfig) -> dict:
         t1 = time.perf_counter()
         corpus = [chat_text(r["prompt"]) for r in rows] + [r["response_text"] for r in rows] + extra
         # Model names and the world's names as single tokens: shorter sequences, one-step copies.
-        names = ModelRegistry.from_yaml(cfg.pool).names + world_words(SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities))
+        world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
+        names = ModelRegistry.from_yaml(cfg.pool).names + world_words(world)
         tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=names)
         write_model_config(out / "model.json", tok)
         written.update(tokenizer=str(out / "tokenizer"), model=str(out / "model.json"),

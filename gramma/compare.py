@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from router_r1.eval.report import bootstrap_ci
+
 
 def load(path: str | Path) -> dict[str, dict]:
     recs = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
@@ -40,11 +42,10 @@ def paired(base: np.ndarray, new: np.ndarray, n_boot: int = 10000, seed: int = 0
     if base.shape != new.shape or base.ndim != 1 or len(base) == 0:
         raise ValueError("paired: need two non-empty 1-d arrays of the same length")
     diff = new - base  # (n,)
-    idx = np.random.default_rng(seed).integers(0, len(diff), size=(n_boot, len(diff)))  # (n_boot, n)
-    boots = diff[idx].mean(axis=1)  # (n_boot,)
+    lo, hi = bootstrap_ci(diff, n_boot, seed)  # resampling questions keeps each pair together
     wins, losses = int(((new >= 1) & (base < 1)).sum()), int(((new < 1) & (base >= 1)).sum())
     return {"n": len(diff), "base": float(base.mean()), "new": float(new.mean()), "diff": float(diff.mean()),
-            "ci95": [float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))],
+            "ci95": [lo, hi],
             "wins": wins, "losses": losses, "mcnemar_p": mcnemar_p(wins, losses)}
 
 

@@ -79,7 +79,7 @@ def post_attention(h, o, o_w, o_b, norm_w, eps: float, gate_up_w, gate_up_b, dow
 
 def decode_attention(q, k, v, bias, scaling: float):
     """One new query per row over the cache. q: (rows, heads, 1, D); k, v: (rows, kv, span, D);
-    bias (rows, 1, 1, span): 0 where the row may attend, -inf elsewhere. Grouped query heads
+    bias (rows, 1, 1, span) float32: 0 where the row may attend, -inf elsewhere. Grouped query heads
     share their kv head without copying it: (rows, kv, g, D) @ (rows, kv, D, span)."""
     rows, heads, _, D = q.shape
     kv = k.shape[1]
@@ -134,9 +134,8 @@ class StaticRollout(HFRollout):
         wrap = torch.compile if compile else (lambda f: f)
         self._pre, self._post, self._attn = wrap(pre_attention), wrap(post_attention), wrap(decode_attention)
         # attention="flex": decode attention as one flex_attention call (GQA-aware, the mask read from
-        # a persistent bias buffer); compiled on the GPU, where it becomes a fused split-KV kernel
+        # the persistent bias buffer); compiled on the GPU, where it becomes a fused split-KV kernel
         # that reads each kv head's cache once. Eager elsewhere (a reference implementation).
-        self.attention = attention
         self._flex = None
         if attention == "flex":
             from torch.nn.attention.flex_attention import flex_attention
@@ -190,7 +189,7 @@ class StaticRollout(HFRollout):
                 "out": torch.zeros(rows, cols, dtype=torch.long, device=dev),   # sampled tokens
                 "out_lp": torch.zeros(rows, cols, dtype=torch.float32, device=dev),
                 "arange": torch.arange(cols, device=dev),
-                "mask_bias": torch.zeros(rows, cols, dtype=torch.float32, device=dev),  # flex: 0 / -inf
+                "mask_bias": torch.zeros(rows, cols, dtype=torch.float32, device=dev),  # decode mask: 0 / -inf
             }
             bias = self._state["mask_bias"]
             self._score_mod = lambda score, b, h, q_idx, kv_idx: score + bias[b, kv_idx]  # one object: no recompiles
@@ -289,21 +288,17 @@ class StaticRollout(HFRollout):
         cols = st["arange"][:span]
         # prompt columns of this row, and every generated column up to the current one
         allowed = st["prompt_ok"][:rows, :span] | ((cols >= st["width"]) & (cols <= st["col"]))  # (rows, span)
-        dtype = self.model.get_input_embeddings().weight.dtype
-        if self.attention == "flex":
-            st["mask_bias"][:rows, :span] = torch.where(allowed, 0.0, float("-inf"))
-        else:
-            bias = torch.zeros(rows, 1, 1, span, dtype=dtype, device=cols.device)  # 0 where allowed, -inf elsewhere
-            bias.masked_fill_(~allowed[:, None, None, :], float("-inf"))
+        st["mask_bias"][:rows, :span] = torch.where(allowed, 0.0, float("-inf"))
 
         def attend(i, q, k, v):
             kc, vc = st["k"][i][:rows], st["v"][i][:rows]
             kc.index_copy_(2, st["col"], k)
             vc.index_copy_(2, st["col"], v)
-            if self.attention == "flex":
+            if self._flex is not None:
                 return self._flex(q, kc[:, :, :span], vc[:, :, :span], score_mod=self._score_mod, enable_gqa=True,
                                   scale=self.scaling)
-            return self._attn(q, kc[:, :, :span], vc[:, :, :span], bias, self.scaling)
+            return self._attn(q, kc[:, :, :span], vc[:, :, :span], st["mask_bias"][:rows, None, None, :span],
+                              self.scaling)
 
         h = self.model.model.embed_tokens(st["tok"][:rows, None])         # (rows, 1, hidden)
         h = self._layers(h, st["pos"][:rows, None], attend)
