@@ -56,12 +56,19 @@ class ValueHeadModel(nn.Module):
         return TokenClassifierOutput(logits=self.score(hidden))  # (batch, seq, 1)
 
 
-def _varlen_flash(q, k, v, cu, max_len: int, scaling: float | None):
-    """Causal flash attention over packed sequences; q (total, heads, dim), k/v (total, kv_heads, dim)."""
+def _varlen_flash(q, k, v, cu, max_len: int, scaling: float | None, window: int | None = None):
+    """Causal flash attention over packed sequences; q (total, heads, dim), k/v (total, kv_heads, dim).
+    `window`: a query sees only the last `window` positions, itself included (sliding-window layers)."""
     from torch.nn.attention.varlen import varlen_attn
 
     params = inspect.signature(varlen_attn).parameters  # the signature changed between torch 2.10 and 2.12
-    kwargs = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
+    if "window_size" in params:
+        kwargs = {"window_size": (-1 if window is None else window - 1, 0)}
+    elif window is None:
+        kwargs = {"is_causal": True}
+    else:
+        raise RuntimeError("this torch's varlen_attn has no window_size: sliding-window layers need torch >= 2.11 "
+                           "or actor.use_remove_padding=false")
     if "scale" in params:
         kwargs["scale"] = scaling
     elif scaling is not None and abs(scaling - q.shape[-1] ** -0.5) > 1e-9:
@@ -76,12 +83,14 @@ def _varlen_flash(q, k, v, cu, max_len: int, scaling: float | None):
 
 
 def packed_attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
-                             scaling: float | None = None, cu_seq_lens_q=None, max_length_q=None, **kwargs):
-    """sdpa for padded batches; for one packed row, causal attention that stays inside each sequence.
+                             scaling: float | None = None, cu_seq_lens_q=None, max_length_q=None,
+                             sliding_window: int | None = None, **kwargs):
+    """sdpa for padded batches; for one packed row, causal attention that stays inside each sequence
+    (and inside the last `sliding_window` positions on a sliding-window layer, as transformers' masks).
 
     query (1, heads, total, dim), key/value (1, kv_heads, total, dim) -> (1, total, heads, dim).
     """
-    if cu_seq_lens_q is None:
+    if cu_seq_lens_q is None:  # the mask that transformers built already carries any sliding window
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     if query.shape[0] != 1:
@@ -93,7 +102,7 @@ def packed_attention_forward(module, query, key, value, attention_mask, dropout:
         dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else query.dtype
         if dtype in (torch.bfloat16, torch.float16):
             q, k, v = (x[0].transpose(0, 1).to(dtype) for x in (query, key, value))  # (total, heads, dim)
-            out = _varlen_flash(q, k, v, cu_seq_lens_q, int(max_length_q), scaling)
+            out = _varlen_flash(q, k, v, cu_seq_lens_q, int(max_length_q), scaling, sliding_window)
             return out[None], None
     # Reference path (CPU, float32): one causal sdpa call per sequence.
     groups = query.shape[1] // key.shape[1]
@@ -103,7 +112,13 @@ def packed_attention_forward(module, query, key, value, attention_mask, dropout:
         qs = query[:, :, start:end]
         ks = key[:, :, start:end].repeat_interleave(groups, dim=1)
         vs = value[:, :, start:end].repeat_interleave(groups, dim=1)
-        parts.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scaling))
+        if sliding_window is None:
+            parts.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scaling))
+            continue
+        pos = torch.arange(end - start, device=query.device)
+        back = pos[:, None] - pos[None, :]  # (len, len): how far back each key is from each query
+        allowed = (back >= 0) & (back < sliding_window)
+        parts.append(F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed, scale=scaling))
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
 
 
