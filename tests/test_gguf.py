@@ -10,7 +10,7 @@ pytest.importorskip("gguf")  # the [gguf] extra; in [dev] too, so CI runs these
 from gguf_tiny import tiny_llama, write_llama_gguf  # noqa: E402
 from verl.trainer.sft import main as sft_main  # noqa: E402
 from verl.utils.tiny import tiny_tokenizer  # noqa: E402
-from verl.utils.tokenizer import load_tokenizer  # noqa: E402
+from verl.utils.tokenizer import PLAIN_CHAT_TEMPLATE, load_tokenizer  # noqa: E402
 from verl.workers.model_loader import load_model  # noqa: E402
 
 TEXTS = ["<think>A science fact.</think><search>Qwen2.5-7B-Instruct: Who discovered Bririum?</search>",
@@ -54,6 +54,19 @@ def test_sft_starts_from_a_gguf_checkpoint(written, tmp_path):
     moved = [n for (n, a), (_, b) in zip(trained.named_parameters(), start.named_parameters()) if not torch.equal(a, b)]
     assert moved, "SFT changed no weight"
     assert load_tokenizer(str(out)).get_vocab() == tok.get_vocab()
+
+
+def test_a_base_model_without_chat_template_gets_the_plain_one(tmp_path):
+    tok = tiny_tokenizer()
+    tok.chat_template = None  # as a base model's GGUF ships
+    path = tmp_path / "base.gguf"
+    write_llama_gguf(path, tiny_llama(len(tok), seed=4), tok)
+    loaded = load_tokenizer(str(path))
+    assert loaded.chat_template == PLAIN_CHAT_TEMPLATE
+    messages = [{"role": "system", "content": "Route."}, {"role": "user", "content": "Who discovered Bririum?"}]
+    text = loaded.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == f"{loaded.bos_token}system:\nRoute.\n\nuser:\nWho discovered Bririum?\n\nassistant:\n"
+    assert loaded(text, add_special_tokens=False)["input_ids"][0] == loaded.bos_token_id
 
 
 def test_missing_gguf_files_are_named(tmp_path):
