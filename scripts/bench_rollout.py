@@ -7,7 +7,6 @@ the same tokens, and greedy agreement with the plain loop.
 
     python scripts/bench_rollout.py --shape qwen2.5-3b --batch 64 256 --out results.json   # GPU
     python scripts/bench_rollout.py --compile ...   # also StaticRollout with rollout.compile=true
-    python scripts/bench_rollout.py --flex ...      # ... and with rollout.decode_attention=flex
     python scripts/bench_rollout.py --tiny                                                 # CPU smoke
 """
 from __future__ import annotations
@@ -96,13 +95,29 @@ def profile(fast: StaticRollout, prompts, sp: SamplingParams, device: str, kerne
 
 
 def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: str) -> None:
-    """The 25 most expensive kernels of one whole generate call."""
+    """The most expensive kernels of one prefill and of one decode step, both launched eagerly.
+
+    A replayed CUDA graph hides its kernels from the profiler, so the step runs once outside the
+    graph here: the same kernels (compiled ones included), each with its own launch."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
-    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fast.generate(prompts, sp)
+    sort = "cuda_time_total" if device == "cuda" else "cpu_time_total"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch.inference_mode():
+        with torch_profile(activities=acts) as prof:
+            fast._prefill(prompts, len(prompts[0]))
+            sync(device)
+        print("prefill kernels:\n" + prof.key_averages().table(sort_by=sort, row_limit=20), flush=True)
+        span = fast.max_model_len - fast.bucket
+        fast._decode_step(len(prompts), span, sp)  # warm: compiled kernels exist
         sync(device)
-    print(prof.key_averages().table(sort_by="cuda_time_total" if device == "cuda" else "cpu_time_total",
-                                    row_limit=25), flush=True)
+        with torch_profile(activities=acts) as prof:
+            fast._decode_step(len(prompts), span, sp)
+            sync(device)
+        events = [e for e in prof.key_averages() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
+        n_kernels = sum(e.count for e in events)
+        print(f"decode step kernels: {n_kernels} launches, "
+              f"{sum(e.self_device_time_total for e in events) / 1e3:.2f} ms of kernel time\n"
+              + prof.key_averages().table(sort_by=sort, row_limit=25), flush=True)
 
 
 def main() -> None:
@@ -114,9 +129,8 @@ def main() -> None:
     p.add_argument("--skip-loop", action="store_true", help="do not time the plain HFRollout loop")
     p.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny shape, small batch")
     p.add_argument("--profile", action="store_true", help="time prefill and one decode step; top CUDA kernels")
+    p.add_argument("--kernels", action="store_true", help="with --profile: top kernels of a prefill and a step")
     p.add_argument("--compile", action="store_true", help="also time StaticRollout(compile=True) (rollout.compile)")
-    p.add_argument("--flex", action="store_true",
-                   help="also time compile=True with attention='flex' (rollout.decode_attention=flex)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     if args.tiny:
@@ -132,8 +146,6 @@ def main() -> None:
         fasts = {"static": StaticRollout(model, _Tok(), **opts)}
         if args.compile:
             fasts["compiled"] = StaticRollout(model, _Tok(), compile=True, **opts)
-        if args.flex:
-            fasts["compiled_flex"] = StaticRollout(model, _Tok(), compile=True, attention="flex", **opts)
         loop = HFRollout(model, _Tok(), device=device, max_batch_size=max(args.batch), eos_token_ids=[])
         sp = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
         for batch in args.batch:
@@ -161,7 +173,7 @@ def main() -> None:
             for i, (name, fast) in enumerate(fasts.items()):
                 print(f"{shape} {name}, batch {len(prompts)}:", flush=True)
                 results.append({"shape": shape, "variant": name, "batch": len(prompts),
-                                **profile(fast, prompts, sp, device, kernels=i == len(fasts) - 1)})
+                                **profile(fast, prompts, sp, device, kernels=args.kernels and name != "static")})
         # same distribution: returned log-probs vs a teacher-forced forward; greedy vs the plain loop
         g = torch.Generator().manual_seed(1)
         prompts = torch.randint(1, vocab, (8, args.prompt_len), generator=g).tolist()

@@ -10,7 +10,7 @@ from test_rollout_hf import _chi_square_ok, prompts_of
 from tiny import tiny_model, tiny_tokenizer
 from verl.workers.rollout import SamplingParams, build_rollout
 from verl.workers.rollout.hf_rollout import HFRollout
-from verl.workers.rollout.static_rollout import StaticRollout, sample_from_uniform
+from verl.workers.rollout.static_rollout import StaticRollout, sample_and_logprob, sample_from_uniform
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -89,10 +89,38 @@ def test_inverse_cdf_sampling_matches_the_distribution(temperature, top_k, top_p
     assert stat < crit, f"chi-square {stat:.1f} >= {crit:.1f}"
 
 
-def test_edges_of_the_uniform_never_pick_a_zero_probability_token():
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_two_level_sampler_picks_the_flat_inverse_cdf_token(temperature):
+    """Unfiltered sampling goes through blocks of the vocabulary (no vocabulary-wide cumsum): same
+    uniform, same token as the flat inverse CDF; log-probs are the full T=1 log-softmax."""
+    gen = torch.Generator().manual_seed(1)
+    logits = (torch.randn(64, 5000, generator=gen) * 3).to(torch.bfloat16)  # 5 blocks, the last padded
+    u = torch.rand(64, generator=gen)
+    sp = SamplingParams(temperature=temperature, return_logprobs=True)
+    tok, lp = sample_and_logprob(logits, u, sp)
+    flat = sample_from_uniform(logits, u, sp)
+    assert (tok == flat).float().mean() >= 0.98, "blocks changed which token u falls on"
+    assert len(set(tok.tolist())) > 40  # really sampled, not a constant
+    torch.testing.assert_close(lp[:, 0], torch.log_softmax(logits.float(), -1).gather(1, tok[:, None])[:, 0],
+                               atol=1e-4, rtol=1e-5)
+
+
+def test_two_level_sampler_matches_the_distribution():
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randn(2500, generator=gen) * 2  # three blocks of 1024
+    target = (logits / 0.8).softmax(-1)
+    n = 40000
+    tok, _ = sample_and_logprob(logits.expand(n, -1), torch.rand(n, generator=gen), SamplingParams(temperature=0.8))
+    stat, crit = _chi_square_ok(torch.bincount(tok, minlength=2500).float(), target, n)
+    assert stat < crit, f"chi-square {stat:.1f} >= {crit:.1f}"
+
+
+@pytest.mark.parametrize("two_level", [False, True])
+def test_edges_of_the_uniform_never_pick_a_zero_probability_token(two_level):
     logits = torch.tensor([[0.0, float("-inf"), 0.0, float("-inf")]]).expand(3, -1)
     u = torch.tensor([0.0, 0.5, 1.0 - 1e-7])
-    assert sample_from_uniform(logits, u, SamplingParams()).tolist() == [0, 2, 2]
+    tok = sample_and_logprob(logits, u, SamplingParams())[0] if two_level else sample_from_uniform(logits, u, SamplingParams())
+    assert tok.tolist() == [0, 2, 2]
 
 
 def test_clear_errors(tok):
@@ -152,21 +180,3 @@ def test_compiled_layers_give_the_eager_tokens(tok):
     for r, o in zip(ref, out):
         assert o.token_ids == r.token_ids
         assert o.logprobs == pytest.approx(r.logprobs, abs=1e-4)
-
-
-def test_flex_decode_attention_gives_the_bmm_tokens(tok):
-    """rollout.decode_attention=flex (eager flex_attention on CPU) decodes as the two-matmul path."""
-    import warnings
-
-    model = tiny_model(len(tok), kind="qwen2", seed=15)
-    prompts = prompts_of(tok)
-    sp = SamplingParams(max_new_tokens=20, seed=4, return_logprobs=True)
-    ref = StaticRollout(model, tok, eos_token_ids=[], max_model_len=64, chunk=4).generate(prompts, sp)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # flex_attention warns that uncompiled it is a reference implementation
-        out = StaticRollout(model, tok, eos_token_ids=[], max_model_len=64, chunk=4, attention="flex").generate(prompts, sp)
-    for r, o in zip(ref, out):
-        assert o.token_ids == r.token_ids
-        assert o.logprobs == pytest.approx(r.logprobs, abs=1e-4)
-    with pytest.raises(ValueError, match="attention must be one of"):
-        StaticRollout(model, tok, attention="sdpa")

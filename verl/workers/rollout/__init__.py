@@ -65,8 +65,7 @@ def build_rollout(cfg: Any, model: Any = None, tokenizer: Any = None) -> Rollout
         from .static_rollout import StaticRollout
         return StaticRollout(model, tokenizer, max_model_len=int(_get(cfg, "max_model_len", 4096)),
                              cuda_graph=bool(_get(cfg, "cuda_graph", True)),
-                             compile=bool(_get(cfg, "compile", False)),
-                             attention=str(_get(cfg, "decode_attention", "bmm")), **common)
+                             compile=bool(_get(cfg, "compile", False)), **common)
     if name == "vllm":
         from .vllm_rollout import VLLMRollout
         path = _get(cfg, "model_path")

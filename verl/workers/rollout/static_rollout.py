@@ -39,21 +39,64 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # inv_freq does not
 
 
 def sample_from_uniform(logits: torch.Tensor, u: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
-    """Inverse-CDF sampling: logits (batch, vocab) fp32, u (batch,) in [0, 1) -> token ids (batch,)."""
+    """Inverse-CDF sampling: logits (batch, vocab), u (batch,) in [0, 1) -> token ids (batch,)."""
     if sampling.is_greedy:
         return logits.argmax(-1)
-    probs = filter_logits(logits / sampling.temperature, sampling.top_k, sampling.top_p).softmax(-1)
+    probs = filter_logits(logits.float() / sampling.temperature, sampling.top_k, sampling.top_p).softmax(-1)
     cdf = probs.cumsum(-1)  # (batch, vocab)
     # right=True lands on the first token whose cdf exceeds u * total: never a zero-probability token
     idx = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
     return idx.clamp_(max=logits.shape[-1] - 1)
 
 
-def sample_and_logprob(logits: torch.Tensor, u: torch.Tensor, sampling: SamplingParams):
-    """Token (rows,) and, when asked, its log-prob under the unfiltered softmax (rows, 1) or None."""
-    tok = sample_from_uniform(logits, u, sampling)
-    lp = torch.log_softmax(logits, -1).gather(-1, tok[:, None]) if sampling.return_logprobs else None
-    return tok, lp
+SAMPLE_BLOCK = 1024  # vocabulary entries per block of the two-level inverse CDF
+
+
+def block_sums(logits: torch.Tensor, temperature: float, block: int = SAMPLE_BLOCK):
+    """Row max of logits / T (rows, 1) and the unnormalised probability mass of each block of `block`
+    vocabulary entries (rows, blocks). One pass over the logits; the vocabulary is padded with -inf."""
+    x = logits.float() / temperature
+    x = F.pad(x, (0, -x.shape[-1] % block), value=float("-inf"))
+    m = x.amax(-1, keepdim=True)
+    return m, torch.exp(x - m).view(x.shape[0], -1, block).sum(-1)
+
+
+def sample_two_level(logits: torch.Tensor, u: torch.Tensor, temperature: float, sums=block_sums):
+    """Inverse-CDF sampling without a vocabulary-wide cumsum: find the block where u * total falls
+    (cumsum over the block masses), then the token inside that block. The same distribution as
+    sample_from_uniform without top-k/top-p. logits (rows, vocab), u (rows,) -> tokens (rows,),
+    and (m, mass) for the log-prob."""
+    rows, vocab = logits.shape
+    m, mass = sums(logits, temperature)                                  # (rows, 1), (rows, blocks)
+    cum = mass.cumsum(-1)                                                # (rows, blocks)
+    target = u[:, None] * cum[:, -1:]                                    # (rows, 1)
+    b = torch.searchsorted(cum, target, right=True).clamp_(max=cum.shape[1] - 1)  # (rows, 1) block index
+    before = torch.where(b > 0, cum.gather(1, (b - 1).clamp(min=0)), 0.0)  # mass of the blocks before it
+    cols = b * SAMPLE_BLOCK + torch.arange(SAMPLE_BLOCK, device=logits.device)  # (rows, block)
+    inside = logits.gather(1, cols.clamp(max=vocab - 1)).float() / temperature
+    inside = torch.exp(inside - m).masked_fill_(cols >= vocab, 0.0).cumsum(-1)  # (rows, block)
+    j = torch.searchsorted(inside, target - before, right=True)
+    # rounding between the two cumsums may put the target past the block's own total: stay on the
+    # block's last token with mass (never a padded or zero-probability one)
+    j = torch.minimum(j, (inside < inside[:, -1:]).sum(-1, keepdim=True))
+    return (b * SAMPLE_BLOCK + j).squeeze(1).clamp_(max=vocab - 1), m, mass
+
+
+def sample_and_logprob(logits: torch.Tensor, u: torch.Tensor, sampling: SamplingParams, sums=block_sums):
+    """Token (rows,) and, when asked, its log-prob under the unfiltered T=1 softmax (rows, 1) or None.
+    logits: (rows, vocab) in the model's dtype. Unfiltered sampling takes the two-level path."""
+    plain = not sampling.is_greedy and sampling.top_k <= 0 and sampling.top_p >= 1.0
+    if not plain:
+        tok = sample_from_uniform(logits, u, sampling)
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, tok[:, None]) if sampling.return_logprobs else None
+        return tok, lp
+    tok, m, mass = sample_two_level(logits, u, sampling.temperature, sums)
+    if not sampling.return_logprobs:
+        return tok, None
+    picked = logits.gather(1, tok[:, None]).float()                      # (rows, 1)
+    if sampling.temperature == 1.0:  # the T=1 normaliser is already in hand
+        return tok, picked - m - mass.sum(-1, keepdim=True).log()
+    return tok, picked - torch.logsumexp(logits.float(), -1, keepdim=True)
 
 
 def pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_heads: int):
@@ -79,17 +122,14 @@ def post_attention(h, o, o_w, o_b, norm_w, eps: float, gate_up_w, gate_up_b, dow
 
 def decode_attention(q, k, v, bias, scaling: float):
     """One new query per row over the cache. q: (rows, heads, 1, D); k, v: (rows, kv, span, D);
-    bias (rows, 1, 1, span) float32: 0 where the row may attend, -inf elsewhere. Grouped query heads
-    share their kv head without copying it: (rows, kv, g, D) @ (rows, kv, D, span)."""
+    bias (rows, 1, 1, span) in q's dtype: 0 where the row may attend, -inf elsewhere. Grouped query heads
+    share their kv head without copying it: (rows, kv, g, D) @ (rows, kv, D, span). Left eager: the
+    softmax kernel of a bf16 input (fp32 inside) beat inductor's split reduction of the same work."""
     rows, heads, _, D = q.shape
     kv = k.shape[1]
     qg = q.reshape(rows, kv, heads // kv, D) * scaling
     scores = torch.matmul(qg, k.transpose(-1, -2)) + bias                      # (rows, kv, g, span)
-    probs = torch.softmax(scores, -1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(probs, v).reshape(rows, heads, 1, D)
-
-
-ATTENTION_KINDS = ("bmm", "flex")
+    return torch.matmul(torch.softmax(scores, -1), v).reshape(rows, heads, 1, D)
 
 
 class StaticRollout(HFRollout):
@@ -99,7 +139,7 @@ class StaticRollout(HFRollout):
 
     def __init__(self, model, tokenizer, device="cpu", dtype=None, max_batch_size: int = 256,
                  max_model_len: int = 4096, eos_token_ids=None, cuda_graph: bool = True, chunk: int = 16,
-                 prefill_tokens: int = 32768, compile: bool = False, attention: str = "bmm"):
+                 prefill_tokens: int = 32768, compile: bool = False):
         cfg = model.config
         if cfg.model_type not in SUPPORTED_TYPES:
             raise ValueError(f"StaticRollout supports model_type {SUPPORTED_TYPES}, got {cfg.model_type!r}; "
@@ -109,8 +149,6 @@ class StaticRollout(HFRollout):
             raise ValueError(f"StaticRollout: rope type {rope.get('rope_type')!r} is not supported; use rollout.name=hf")
         if getattr(cfg, "hidden_act", "silu") != "silu":
             raise ValueError(f"StaticRollout: hidden_act {cfg.hidden_act!r} is not supported (silu only); use rollout.name=hf")
-        if attention not in ATTENTION_KINDS:
-            raise ValueError(f"StaticRollout: attention must be one of {ATTENTION_KINDS}, got {attention!r}")
         if getattr(cfg, "use_sliding_window", False):
             raise ValueError("StaticRollout: sliding-window attention is not supported; use rollout.name=hf")
         super().__init__(model, tokenizer, device=device, dtype=dtype, max_batch_size=max_batch_size,
@@ -127,20 +165,12 @@ class StaticRollout(HFRollout):
         self._fused: list[dict] = []  # per layer: qkv / gate_up weights that the HF parameters view
         self._graphs: dict = {}
         # torch.compile fuses the elementwise work between the matmuls (norms, rotary, residuals,
-        # SiLU*up, the attention's scale/mask/softmax); one compiled graph serves every layer,
+        # SiLU*up) and the sampler's pass over the logits; one compiled graph serves every layer,
         # since the layers' weights are arguments. The cache writes stay eager (an in-place write
-        # into a graph input could be functionalised into a copy of the cache), so does the sampler
-        # (torch 2.11's inductor fails to generate the vocabulary-wide cumsum).
+        # into a graph input could be functionalised into a copy of the cache); so do the sampler's
+        # cumsums (torch 2.11's inductor failed to generate a vocabulary-wide cumsum).
         wrap = torch.compile if compile else (lambda f: f)
-        self._pre, self._post, self._attn = wrap(pre_attention), wrap(post_attention), wrap(decode_attention)
-        # attention="flex": decode attention as one flex_attention call (GQA-aware, the mask read from
-        # the persistent bias buffer); compiled on the GPU, where it becomes a fused split-KV kernel
-        # that reads each kv head's cache once. Eager elsewhere (a reference implementation).
-        self._flex = None
-        if attention == "flex":
-            from torch.nn.attention.flex_attention import flex_attention
-
-            self._flex = torch.compile(flex_attention) if self.device.type == "cuda" else flex_attention
+        self._pre, self._post, self._sums = wrap(pre_attention), wrap(post_attention), wrap(block_sums)
 
     # ---- buffers -----------------------------------------------------------------------
 
@@ -189,10 +219,8 @@ class StaticRollout(HFRollout):
                 "out": torch.zeros(rows, cols, dtype=torch.long, device=dev),   # sampled tokens
                 "out_lp": torch.zeros(rows, cols, dtype=torch.float32, device=dev),
                 "arange": torch.arange(cols, device=dev),
-                "mask_bias": torch.zeros(rows, cols, dtype=torch.float32, device=dev),  # decode mask: 0 / -inf
+                "mask_bias": torch.zeros(rows, cols, dtype=dtype, device=dev),  # decode mask: 0 / -inf
             }
-            bias = self._state["mask_bias"]
-            self._score_mod = lambda score, b, h, q_idx, kv_idx: score + bias[b, kv_idx]  # one object: no recompiles
         return self._state
 
     def sleep(self) -> None:
@@ -229,7 +257,7 @@ class StaticRollout(HFRollout):
         return h
 
     def _logits(self, h_last: torch.Tensor) -> torch.Tensor:
-        return self.model.lm_head(self._norm(h_last, self.model.model.norm)).float()  # (rows, vocab)
+        return self.model.lm_head(self._norm(h_last, self.model.model.norm))  # (rows, vocab), model dtype
 
     # ---- prefill: the prompt into the cache, eager, in row chunks ---------------------------------
 
@@ -248,7 +276,6 @@ class StaticRollout(HFRollout):
         st["prompt_ok"][:rows].zero_()
         st["prompt_ok"][:rows, :width] = st["arange"][:width] < lengths[:, None]
         pos = st["arange"][:width].expand(rows, width)                   # (rows, width)
-        g = self.n_heads // self.n_kv
         logits = []
         step = max(1, self.prefill_tokens // width)
         for r0 in range(0, rows, step):
@@ -257,8 +284,7 @@ class StaticRollout(HFRollout):
             def attend(i, q, k, v, r0=r0, r1=r1):
                 st["k"][i][r0:r1, :, :width] = k
                 st["v"][i][r0:r1, :, :width] = v
-                return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
-                                                      is_causal=True, scale=self.scaling)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=True)
 
             h = self._layers(self.model.model.embed_tokens(ids[r0:r1]), pos[r0:r1], attend)  # (n, width, hidden)
             last = h[torch.arange(r1 - r0, device=dev), lengths[r0:r1] - 1]  # (n, hidden)
@@ -275,7 +301,7 @@ class StaticRollout(HFRollout):
         """Sample from logits (rows, vocab), record token and log-prob at `step`, feed the token next."""
         st = self._state
         u = st["u"][:rows].index_select(1, st["step"]).squeeze(1)        # (rows,)
-        tok, lp = sample_and_logprob(logits, u, sampling)                     # (rows,), (rows, 1) or None
+        tok, lp = sample_and_logprob(logits, u, sampling, self._sums)         # (rows,), (rows, 1) or None
         st["out"][:rows].index_copy_(1, st["step"], tok[:, None])
         if lp is not None:
             st["out_lp"][:rows].index_copy_(1, st["step"], lp)
@@ -288,17 +314,14 @@ class StaticRollout(HFRollout):
         cols = st["arange"][:span]
         # prompt columns of this row, and every generated column up to the current one
         allowed = st["prompt_ok"][:rows, :span] | ((cols >= st["width"]) & (cols <= st["col"]))  # (rows, span)
-        st["mask_bias"][:rows, :span] = torch.where(allowed, 0.0, float("-inf"))
+        st["mask_bias"][:rows, :span] = torch.where(allowed, 0.0, float("-inf"))  # cast to the cache dtype
 
         def attend(i, q, k, v):
             kc, vc = st["k"][i][:rows], st["v"][i][:rows]
             kc.index_copy_(2, st["col"], k)
             vc.index_copy_(2, st["col"], v)
-            if self._flex is not None:
-                return self._flex(q, kc[:, :, :span], vc[:, :, :span], score_mod=self._score_mod, enable_gqa=True,
-                                  scale=self.scaling)
-            return self._attn(q, kc[:, :, :span], vc[:, :, :span], st["mask_bias"][:rows, None, None, :span],
-                              self.scaling)
+            return decode_attention(q, kc[:, :, :span], vc[:, :, :span], st["mask_bias"][:rows, None, None, :span],
+                                    self.scaling)
 
         h = self.model.model.embed_tokens(st["tok"][:rows, None])         # (rows, 1, hidden)
         h = self._layers(h, st["pos"][:rows, None], attend)
