@@ -79,3 +79,40 @@ def test_old_varlen_without_window_size_refuses_a_window(monkeypatch):
     x = torch.zeros(5, 2, 8)
     with pytest.raises(RuntimeError, match="window_size"):
         _varlen_flash(x, x, x, torch.tensor([0, 5], dtype=torch.int32), 5, None, 3)
+
+
+GEMMA3 = dict(model_type="gemma3_text", vocab_size=80, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=WINDOW,
+              layer_types=["sliding_attention", "full_attention"], max_position_embeddings=64)
+GEMMA2 = dict(model_type="gemma2", vocab_size=80, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=WINDOW,
+              attn_logit_softcapping=None, final_logit_softcapping=2.0, max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("spec", [GEMMA3, GEMMA2], ids=["gemma3-window", "gemma2-final-softcap"])
+def test_actor_fast_log_probs_equal_the_reference_path_on_gemma_shapes(spec):
+    """The packed rows + chunked-head log-probs of the actor against its padded full-vocab path
+    (the model's own forward) on 16-token rows: the window (4) and the final soft-cap must hold."""
+    from test_update_efficiency import make_batch
+    from verl.workers.actor import ActorWorker
+    from verl.workers.config import ActorConfig
+
+    def actor(**kw):
+        w = ActorWorker(ActorConfig(model=spec, device="cpu", lr=1e-3, ppo_mini_batch_size=6, micro_batch_size=6, **kw))
+        w.init_model()
+        return w
+
+    data = make_batch(seed=5)
+    data.meta.update(temperature=0.8, calculate_entropy=True)
+    ref = actor(logprob_chunk_size=None)
+    fast = actor(logprob_chunk_size=4, use_remove_padding=True, log_prob_max_tokens_per_micro_batch=200)
+    out_ref, out_fast = ref.compute_log_prob(data), fast.compute_log_prob(data)
+    for key in ("old_log_probs", "entropys"):
+        torch.testing.assert_close(out_fast.batch[key], out_ref.batch[key], atol=1e-5, rtol=1e-5)
+
+
+def test_packed_attention_refuses_attention_softcapping():
+    x = torch.zeros(1, 2, 5, 8)
+    with pytest.raises(ValueError, match="soft-capping"):
+        packed_attention_forward(torch.nn.Module(), x, x, x, None, cu_seq_lens_q=torch.tensor([0, 5]), max_length_q=5,
+                                 softcap=50.0)

@@ -12,8 +12,11 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
-def _chunk(hidden, weight, bias, labels, temperature: float, with_entropy: bool):
-    logits = F.linear(hidden, weight, bias).float() / temperature  # (rows, vocab)
+def _chunk(hidden, weight, bias, labels, temperature: float, with_entropy: bool, softcap: float | None = None):
+    logits = F.linear(hidden, weight, bias).float()  # (rows, vocab)
+    if softcap:  # Gemma 2's final logit soft-capping, applied by its forward before any temperature
+        logits = torch.tanh(logits / softcap) * softcap
+    logits = logits / temperature
     lse = torch.logsumexp(logits, dim=-1)  # (rows,)
     logp = logits.gather(-1, labels[:, None]).squeeze(-1) - lse
     if not with_entropy:
@@ -25,9 +28,10 @@ def _chunk(hidden, weight, bias, labels, temperature: float, with_entropy: bool)
 
 def chunked_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                      bias: torch.Tensor | None = None, temperature: float = 1.0, with_entropy: bool = False,
-                     chunk_size: int = 2048) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     chunk_size: int = 2048, softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log softmax(hidden @ weight.T / temperature)[labels] and optionally the entropy,
-    for hidden (n, h), weight (vocab, h), labels (n,); returns float32 (n,) tensors."""
+    for hidden (n, h), weight (vocab, h), labels (n,); returns float32 (n,) tensors.
+    `softcap`: the model's final logit soft-capping (cap * tanh(logits / cap)), if it has one."""
     if hidden.ndim != 2 or labels.shape != hidden.shape[:1]:
         raise ValueError(f"hidden {tuple(hidden.shape)} must be (n, h) and labels {tuple(labels.shape)} (n,)")
     if chunk_size < 1:
@@ -38,9 +42,9 @@ def chunked_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.T
     for start in range(0, hidden.shape[0], chunk_size):
         h, y = hidden[start : start + chunk_size], labels[start : start + chunk_size]
         if recompute:
-            lp, ent = checkpoint(_chunk, h, weight, bias, y, temperature, with_entropy, use_reentrant=False)
+            lp, ent = checkpoint(_chunk, h, weight, bias, y, temperature, with_entropy, softcap, use_reentrant=False)
         else:
-            lp, ent = _chunk(h, weight, bias, y, temperature, with_entropy)
+            lp, ent = _chunk(h, weight, bias, y, temperature, with_entropy, softcap)
         logps.append(lp)
         entropies.append(ent)
     if not logps:  # no positions: an empty slice that is still part of the graph

@@ -167,22 +167,30 @@ class ActorWorker(FSDPWorker):
         kwargs, index, real = self._inputs(mb, keep)
         labels = mb.batch["responses"][:, :keep][real]  # (n,)
         head = self.model.get_output_embeddings()
+        text_cfg = self.model.config.get_text_config()
+        softcap = getattr(text_cfg, "final_logit_softcapping", None)  # applied to the logits in the chunks
 
         def head_forward(hidden):  # (batch, seq, hidden) or (1, total, hidden)
             # Under autocast the head's matmul runs in the compute dtype: cast the weight once, not per chunk.
             weight = head.weight if self.autocast_dtype is None else head.weight.to(self.autocast_dtype)
             lp, ent = chunked_logprobs(hidden.reshape(-1, hidden.shape[-1])[index], weight, labels, head.bias,
-                                       temperature, with_entropy, cfg.logprob_chunk_size or max(len(labels), 1))
+                                       temperature, with_entropy, cfg.logprob_chunk_size or max(len(labels), 1),
+                                       softcap)
             return torch.stack([lp, ent]) if with_entropy else lp[None]  # (1 or 2, n)
 
         # The head runs inside the model's forward because FSDP2 gathers its (root-level) weight
-        # only there; swapped in, it returns per-token log-probs where the logits would be.
+        # only there; swapped in, it returns per-token log-probs where the logits would be. The
+        # model must then not soft-cap what it takes for logits (Gemma 2): the chunks did.
         head.forward = head_forward
+        if softcap:
+            text_cfg.final_logit_softcapping = None
         try:
             with self._autocast():
                 scores = self.model(**kwargs, use_cache=False, logits_to_keep=0).logits  # (1 or 2, n)
         finally:
             del head.forward
+            if softcap:
+                text_cfg.final_logit_softcapping = softcap
         logp, entropy = scores[0], (scores[1] if with_entropy else None)
         zeros = torch.zeros(real.shape, device=logp.device)  # (batch, keep)
         logp = pad_response(zeros.index_put((real,), logp), resp_len)

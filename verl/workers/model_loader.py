@@ -95,6 +95,9 @@ def packed_attention_forward(module, query, key, value, attention_mask, dropout:
                                       **kwargs)
     if query.shape[0] != 1:
         raise ValueError(f"packed attention expects one packed row, got batch {query.shape[0]}")
+    if kwargs.get("softcap"):
+        raise ValueError("packed attention has no attention-logit soft-capping (Gemma 2); "
+                         "set actor.use_remove_padding=false")
     if dropout:
         raise ValueError("packed attention does not implement attention dropout")
     if query.is_cuda:
