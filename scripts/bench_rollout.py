@@ -197,6 +197,9 @@ def main() -> None:
         model = fasts = fast = loop = None  # free the GPU before the next shape
         if device == "cuda":
             torch.cuda.empty_cache()
+        # The compiled functions are shared by every StaticRollout: without a reset the next shape
+        # recompiles them with dynamic sizes (slower kernels than a run of that shape alone).
+        torch._dynamo.reset()
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",

@@ -122,14 +122,14 @@ def post_attention(h, o, o_w, o_b, norm_w, eps: float, gate_up_w, gate_up_b, dow
 
 def decode_attention(q, k, v, bias, scaling: float):
     """One new query per row over the cache. q: (rows, heads, 1, D); k, v: (rows, kv, span, D);
-    bias (rows, 1, 1, span) in q's dtype: 0 where the row may attend, -inf elsewhere. Grouped query heads
-    share their kv head without copying it: (rows, kv, g, D) @ (rows, kv, D, span). Left eager: the
-    softmax kernel of a bf16 input (fp32 inside) beat inductor's split reduction of the same work."""
+    bias (rows, 1, 1, span) float32: 0 where the row may attend, -inf elsewhere. Grouped query heads
+    share their kv head without copying it: (rows, kv, g, D) @ (rows, kv, D, span)."""
     rows, heads, _, D = q.shape
     kv = k.shape[1]
     qg = q.reshape(rows, kv, heads // kv, D) * scaling
     scores = torch.matmul(qg, k.transpose(-1, -2)) + bias                      # (rows, kv, g, span)
-    return torch.matmul(torch.softmax(scores, -1), v).reshape(rows, heads, 1, D)
+    probs = torch.softmax(scores, -1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs, v).reshape(rows, heads, 1, D)
 
 
 class StaticRollout(HFRollout):
@@ -165,12 +165,13 @@ class StaticRollout(HFRollout):
         self._fused: list[dict] = []  # per layer: qkv / gate_up weights that the HF parameters view
         self._graphs: dict = {}
         # torch.compile fuses the elementwise work between the matmuls (norms, rotary, residuals,
-        # SiLU*up) and the sampler's pass over the logits; one compiled graph serves every layer,
-        # since the layers' weights are arguments. The cache writes stay eager (an in-place write
-        # into a graph input could be functionalised into a copy of the cache); so do the sampler's
-        # cumsums (torch 2.11's inductor failed to generate a vocabulary-wide cumsum).
+        # SiLU*up, the attention's scale/mask/softmax) and the sampler's pass over the logits; one
+        # compiled graph serves every layer, since the layers' weights are arguments. The cache
+        # writes stay eager (an in-place write into a graph input could be functionalised into a copy
+        # of the cache); so do the sampler's small cumsums.
         wrap = torch.compile if compile else (lambda f: f)
-        self._pre, self._post, self._sums = wrap(pre_attention), wrap(post_attention), wrap(block_sums)
+        self._pre, self._post, self._attn = wrap(pre_attention), wrap(post_attention), wrap(decode_attention)
+        self._sums = wrap(block_sums)
 
     # ---- buffers -----------------------------------------------------------------------
 
@@ -219,7 +220,7 @@ class StaticRollout(HFRollout):
                 "out": torch.zeros(rows, cols, dtype=torch.long, device=dev),   # sampled tokens
                 "out_lp": torch.zeros(rows, cols, dtype=torch.float32, device=dev),
                 "arange": torch.arange(cols, device=dev),
-                "mask_bias": torch.zeros(rows, cols, dtype=dtype, device=dev),  # decode mask: 0 / -inf
+                "mask_bias": torch.zeros(rows, cols, dtype=torch.float32, device=dev),  # decode mask: 0 / -inf
             }
         return self._state
 
@@ -314,14 +315,14 @@ class StaticRollout(HFRollout):
         cols = st["arange"][:span]
         # prompt columns of this row, and every generated column up to the current one
         allowed = st["prompt_ok"][:rows, :span] | ((cols >= st["width"]) & (cols <= st["col"]))  # (rows, span)
-        st["mask_bias"][:rows, :span] = torch.where(allowed, 0.0, float("-inf"))  # cast to the cache dtype
+        st["mask_bias"][:rows, :span] = torch.where(allowed, 0.0, float("-inf"))
 
         def attend(i, q, k, v):
             kc, vc = st["k"][i][:rows], st["v"][i][:rows]
             kc.index_copy_(2, st["col"], k)
             vc.index_copy_(2, st["col"], v)
-            return decode_attention(q, kc[:, :, :span], vc[:, :, :span], st["mask_bias"][:rows, None, None, :span],
-                                    self.scaling)
+            return self._attn(q, kc[:, :, :span], vc[:, :, :span], st["mask_bias"][:rows, None, None, :span],
+                              self.scaling)
 
         h = self.model.model.embed_tokens(st["tok"][:rows, None])         # (rows, 1, hidden)
         h = self._layers(h, st["pos"][:rows, None], attend)
