@@ -10,7 +10,7 @@ pytest.importorskip("gguf")  # the [gguf] extra; in [dev] too, so CI runs these
 from gguf_tiny import tiny_llama, write_llama_gguf  # noqa: E402
 from verl.trainer.sft import main as sft_main  # noqa: E402
 from verl.utils.tiny import tiny_tokenizer  # noqa: E402
-from verl.utils.tokenizer import PLAIN_CHAT_TEMPLATE, load_tokenizer  # noqa: E402
+from verl.utils.tokenizer import PLAIN_CHAT_TEMPLATE, check_converted_tokenizer, load_tokenizer, self_encoding_share  # noqa: E402
 from verl.workers.model_loader import load_model  # noqa: E402
 
 TEXTS = ["<think>A science fact.</think><search>Qwen2.5-7B-Instruct: Who discovered Bririum?</search>",
@@ -67,6 +67,31 @@ def test_a_base_model_without_chat_template_gets_the_plain_one(tmp_path):
     text = loaded.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert text == f"{loaded.bos_token}system:\nRoute.\n\nuser:\nWho discovered Bririum?\n\nassistant:\n"
     assert loaded(text, add_special_tokens=False)["input_ids"][0] == loaded.bos_token_id
+
+
+def _without_merges(tok):
+    """The same vocabulary with the BPE merge list dropped: what a lossy GGUF conversion leaves."""
+    from tokenizers import Tokenizer
+    from verl.utils.tiny import wrap_tokenizer
+
+    spec = json.loads(tok.backend_tokenizer.to_str())
+    spec["model"]["merges"] = []
+    return wrap_tokenizer(Tokenizer.from_str(json.dumps(spec)).to_str())
+
+
+def test_a_tokenizer_that_splits_its_own_words_is_refused(written, monkeypatch):
+    path, _, tok = written
+    ok, n = self_encoding_share(tok)
+    assert n >= 10 and ok == n
+    broken = _without_merges(tok)
+    assert self_encoding_share(broken)[0] < n // 2
+    with pytest.raises(ValueError, match=r"splits its own vocabulary \(\d+ of \d+"):
+        check_converted_tokenizer(broken, "x.gguf")
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _without_merges(tok))
+    with pytest.raises(ValueError, match="tiny.gguf"):  # load_tokenizer checks what a GGUF file converts to
+        load_tokenizer(str(path))
 
 
 def test_missing_gguf_files_are_named(tmp_path):
