@@ -16,6 +16,8 @@ is ours, for Llama/Qwen2-shaped decoders:
   row count is rounded up to a power of two so a multi-turn rollout needs few graphs;
 - sampling uses one uniform per row and step, drawn before the chunk (inverse CDF over the
   filtered softmax): the same distribution as `torch.multinomial`, no RNG inside the graph;
+  without top-k/top-p the CDF is walked in two levels (block masses, then one block), so no
+  vocabulary-wide cumsum runs per step;
 - tokens come back to the CPU in chunks of `chunk` steps; stop strings and eos are checked
   there, one chunk behind the GPU, which meanwhile decodes the next chunk. Rows that have
   finished keep decoding until the whole batch is done (their extra tokens are dropped);
