@@ -24,6 +24,7 @@ TOKENIZER=${TOKENIZER:-}              # empty: the BPE that the oracle stage tra
 ROLLOUT=${ROLLOUT:-hf_static}
 PPO_FLAGS=${PPO_FLAGS:-}             # extra hydra overrides for both PPO runs (e.g. env.schedule=sync)
 STEPS=${STEPS:-60}
+ACTOR_LR=${ACTOR_LR:-2e-5}
 ALPHA=${ALPHA:-0.6}
 BATCH=${BATCH:-64}
 EVAL_LIMIT=${EVAL_LIMIT:-500}
@@ -55,7 +56,7 @@ ppo() {  # $1 = alpha, $2 = output dir
     data.train_batch_size="$BATCH" data.val_batch_size=200 \
     "model.path=$OUT/sft" "model.tokenizer=$OUT/sft" model.dtype=auto trainer.device="$DEVICE" \
     rollout.name="$ROLLOUT" rollout.max_batch_size=$((BATCH * 2)) \
-    actor.lr=2e-5 actor.ppo_mini_batch_size=$((BATCH / 2)) actor.ppo_micro_batch_size=$((BATCH / 2)) \
+    actor.lr="$ACTOR_LR" actor.ppo_mini_batch_size=$((BATCH / 2)) actor.ppo_micro_batch_size=$((BATCH / 2)) \
     critic.lr=1e-4 critic.ppo_mini_batch_size=$((BATCH / 2)) critic.ppo_micro_batch_size=$((BATCH / 2)) \
     env.pool_url="$URL" env.alpha="$1" trainer.total_steps="$STEPS" trainer.test_freq=10 \
     trainer.output_dir="$2" trainer.experiment_name="gpu_alpha$1" $PPO_FLAGS > "$2.log" 2>&1
