@@ -6,7 +6,7 @@ the GPU by scripts/bench_rollout.py (log-probs against a teacher-forced forward)
 import pytest
 import torch
 
-from test_rollout_hf import _chi_square_ok, prompts_of
+from test_rollout_hf import _chi_square_ok, naive_greedy, prompts_of
 from tiny import tiny_model, tiny_tokenizer
 from verl.workers.rollout import SamplingParams, build_rollout
 from verl.workers.rollout.hf_rollout import HFRollout
@@ -168,9 +168,10 @@ def test_rows_rounded_up_to_a_power_of_two_give_the_same_outputs(tok):
     assert [o.token_ids for o in out] == [o.token_ids for o in plain]
 
 
-def test_compiled_layers_give_the_eager_tokens(tok):
+@pytest.mark.parametrize("kind", ["qwen2", "gemma3"])  # qwen2: q/k/v biases go through the fused path
+def test_compiled_layers_give_the_eager_tokens(tok, kind):
     """rollout.compile=true: the torch.compile'd per-layer functions decode as the eager ones."""
-    model = tiny_model(len(tok), kind="qwen2", seed=14)  # qwen2: q/k/v biases go through the fused path
+    model = tiny_model(len(tok), kind=kind, seed=14)
     prompts = prompts_of(tok)
     sp = SamplingParams(max_new_tokens=12, seed=3, return_logprobs=True)  # one rule: each compiles (CPU: slow)
     eager = StaticRollout(model, tok, eos_token_ids=[], max_model_len=64, chunk=4)
@@ -180,3 +181,50 @@ def test_compiled_layers_give_the_eager_tokens(tok):
     for r, o in zip(ref, out):
         assert o.token_ids == r.token_ids
         assert o.logprobs == pytest.approx(r.logprobs, abs=1e-4)
+
+
+def test_gemma3_sliding_window_decodes_as_the_full_forward(tok):
+    """Gemma 3 (norms scaled by 1 + w, q/k norms, GELU, two rope bases, window 6 on every other layer):
+    greedy tokens and log-probs equal a loop that recomputes the whole sequence with transformers'
+    own forward, for prompts longer than the window and generations well past it."""
+    model = tiny_model(len(tok), kind="gemma3", seed=16)
+    with torch.no_grad():  # random init leaves Gemma's norm weights at 0 (scale 1): make them matter
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
+    prompts = [p for p in prompts_of(tok) if len(p) > 6]
+    assert len(prompts) >= 2 and len({len(p) for p in prompts}) > 1  # padding between rows
+    sp = SamplingParams(greedy=True, max_new_tokens=20, return_logprobs=True)
+    fast = StaticRollout(model, tok, eos_token_ids=[], max_model_len=64, chunk=4)
+    fast.bucket = 16
+    for p, o in zip(prompts, fast.generate(prompts, sp)):
+        want, lps = naive_greedy(model, p, 20)
+        assert o.token_ids == want
+        assert o.logprobs == pytest.approx(lps, abs=1e-4)
+    narrow = tiny_model(len(tok), kind="gemma3", seed=16, sliding_window=64)  # the same model without a window
+    narrow.load_state_dict(model.state_dict())
+    assert any(naive_greedy(narrow, p, 20)[0] != naive_greedy(model, p, 20)[0] for p in prompts), \
+        "the window changed nothing: the test would not see a missing mask"
+
+
+
+def test_check_rollout_backends_script(tok, tmp_path, capsys):
+    """scripts/check_rollout_backends.py on a saved tiny Gemma 3 checkpoint: both backends agree."""
+    import importlib.util
+    import os
+
+    import pandas as pd
+
+    model = tiny_model(len(tok), kind="gemma3", seed=17)
+    model.save_pretrained(tmp_path / "ckpt")
+    tok.save_pretrained(tmp_path / "ckpt")
+    pd.DataFrame({"prompt": [[{"role": "user", "content": t}] for t in ("Who discovered Bririum?", "10:30")]}) \
+        .to_parquet(tmp_path / "data.parquet")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                          "check_rollout_backends.py")
+    spec = importlib.util.spec_from_file_location("check_rollout_backends", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--model", str(tmp_path / "ckpt"), "--data", str(tmp_path / "data.parquet"),
+                     "--new-tokens", "12"]) == 0
+    assert "2 of 2 prompts decoded identically" in capsys.readouterr().out

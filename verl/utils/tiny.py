@@ -93,7 +93,7 @@ def tiny_tokenizer(extra_tokens: tuple[str, ...] | list[str] = ()) -> PreTrained
 
 def tiny_model(vocab_size: int, kind: str = "llama", seed: int = 0, hidden: int = 64,
                layers: int = 2, heads: int = 4, **config_overrides) -> torch.nn.Module:
-    """A random-init fp32 causal LM (Llama or Qwen2 architecture) built from a config."""
+    """A random-init fp32 causal LM (Llama, Qwen2 or Gemma 3 architecture) built from a config."""
     common = dict(
         vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
         num_hidden_layers=layers, num_attention_heads=heads,
@@ -107,8 +107,14 @@ def tiny_model(vocab_size: int, kind: str = "llama", seed: int = 0, hidden: int 
         config, cls = LlamaConfig(**common), LlamaForCausalLM
     elif kind == "qwen2":
         config, cls = Qwen2Config(use_sliding_window=False, **common), Qwen2ForCausalLM
+    elif kind == "gemma3":  # sliding-window layers (window 6 unless overridden) between full ones
+        from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+        common.setdefault("sliding_window", 6)
+        common.setdefault("layer_types", (["sliding_attention", "full_attention"] * layers)[:layers])
+        config, cls = Gemma3TextConfig(head_dim=hidden // heads, **common), Gemma3ForCausalLM
     else:
-        raise ValueError(f"tiny_model: kind must be 'llama' or 'qwen2', got {kind!r}")
+        raise ValueError(f"tiny_model: kind must be 'llama', 'qwen2' or 'gemma3', got {kind!r}")
     with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG
         torch.manual_seed(seed)
         model = cls(config)

@@ -15,7 +15,16 @@ echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  $GGUF" |
 RUN=${RUN:-/tmp/gemma_run}
 # transformers 5.17 (the device's) converts this GGUF's vocabulary unsoundly and load_tokenizer refuses
 # it: give the directory that `python scripts/save_gguf_tokenizer.py $GGUF DIR` wrote with 5.24
-export OUT=$RUN MODEL=$GGUF TOKENIZER=${TOKENIZER:-$GGUF} ROLLOUT=hf
+TOKENIZER=${TOKENIZER:-$GGUF}
+# hf_static (static cache, CUDA graphs) if it decodes this model as the plain loop does, else hf
+if [ -z "${ROLLOUT:-}" ]; then
+  python -m data_process.sim_qa --out-dir "$RUN/check" --train-size 8 --val-size 8 --test-size 8 > /dev/null
+  python scripts/check_rollout_backends.py --model "$GGUF" --tokenizer "$TOKENIZER" --data "$RUN/check/test.parquet" \
+    | tee "$RESULTS/check_rollout_backends.txt"
+  grep -Eq "^[78] of 8 prompts decoded identically" "$RESULTS/check_rollout_backends.txt" && ROLLOUT=hf_static || ROLLOUT=hf
+fi
+echo "rollout backend: $ROLLOUT" | tee -a "$RESULTS/check_rollout_backends.txt"
+export OUT=$RUN MODEL=$GGUF TOKENIZER ROLLOUT
 export N_ORACLE=${N_ORACLE:-2000} SFT_EPOCHS=${SFT_EPOCHS:-1} SFT_LR=${SFT_LR:-5e-5} SFT_BATCH=${SFT_BATCH:-16}
 export SFT_TIME_LIMIT=${SFT_TIME_LIMIT:-120} STEPS=${STEPS:-30} BATCH=${BATCH:-64} EVAL_LIMIT=${EVAL_LIMIT:-300}
 export ORACLE_FLAGS=${ORACLE_FLAGS:---noise 0.3 --prefer-big 0.5}

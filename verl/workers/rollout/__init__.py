@@ -1,5 +1,5 @@
 """Rollout backends: `build_rollout(cfg)` picks transformers ("hf"), transformers weights with a
-static KV cache and CUDA-graph decode ("hf_static", Llama/Qwen2 shapes) or vLLM ("vllm")."""
+static KV cache and CUDA-graph decode ("hf_static", Llama, Qwen2 and Gemma 3 shapes) or vLLM ("vllm")."""
 from __future__ import annotations
 
 from typing import Any

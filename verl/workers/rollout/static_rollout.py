@@ -4,7 +4,8 @@
 every token back to Python, so at batch 256 the GPU mostly waits for the CPU. Here the
 weights stay the HF model's (q|k|v and gate|up are concatenated once and the parameters
 become views into them: no copy, and `update_weights` works unchanged), but the forward
-is ours, for Llama/Qwen2-shaped decoders:
+is ours, for Llama/Qwen2-shaped decoders and Gemma 3 (its norms, GELU, two rope bases and
+sliding-window layers, which get a second decode mask):
 
 - the KV cache is one preallocated buffer per layer, (rows, kv_heads, max_len, head_dim);
   a row's prompt fills columns [0, its length) of the batch's prompt width W, generated
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 from .base import GenOutput, SamplingParams
 from .hf_rollout import HFRollout, StopChecker, filter_logits
 
-SUPPORTED_TYPES = ("llama", "qwen2")
+SUPPORTED_TYPES = ("llama", "qwen2", "gemma3_text")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # inv_freq does not depend on the length
 
 
@@ -122,6 +123,32 @@ def post_attention(h, o, o_w, o_b, norm_w, eps: float, gate_up_w, gate_up_b, dow
     return h + F.linear(F.silu(gate) * up, down_w, down_b)
 
 
+def gemma_norm(x, w, eps: float):
+    """Gemma's RMSNorm: in float32, scaled by (1 + w), cast back."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.float())).type_as(x)
+
+
+def gemma_pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_heads: int, q_norm_w, k_norm_w):
+    """Gemma 3: norm, fused q|k|v projection, per-head norms of q and k, rotary. Shapes as pre_attention."""
+    rows, T, _ = h.shape
+    qkv = F.linear(gemma_norm(h, norm_w, eps), qkv_w, qkv_b).view(rows, T, heads + 2 * kv_heads, -1)
+    D = qkv.shape[-1]
+    qk = torch.cat([gemma_norm(qkv[:, :, :heads], q_norm_w, eps),
+                    gemma_norm(qkv[:, :, heads:heads + kv_heads], k_norm_w, eps)], dim=2)
+    qk = qk * cos + torch.cat([-qk[..., D // 2:], qk[..., :D // 2]], dim=-1) * sin
+    return qk[:, :, :heads].transpose(1, 2), qk[:, :, heads:].transpose(1, 2), qkv[:, :, heads + kv_heads:].transpose(1, 2)
+
+
+def gemma_post_attention(h, o, o_w, o_b, eps: float, post_attn_w, pre_ff_w, post_ff_w, gate_up_w, gate_up_b,
+                         down_w, down_b):
+    """Gemma 3: output projection, its own norm, residual; then norm, GELU(tanh)-gated MLP, norm, residual."""
+    rows, heads, T, D = o.shape
+    h = h + gemma_norm(F.linear(o.transpose(1, 2).reshape(rows, T, heads * D), o_w, o_b), post_attn_w, eps)
+    gate, up = F.linear(gemma_norm(h, pre_ff_w, eps), gate_up_w, gate_up_b).chunk(2, dim=-1)
+    return h + gemma_norm(F.linear(F.gelu(gate, approximate="tanh") * up, down_w, down_b), post_ff_w, eps)
+
+
 def decode_attention(q, k, v, bias, scaling: float):
     """One new query per row over the cache. q: (rows, heads, 1, D); k, v: (rows, kv, span, D);
     bias (rows, 1, 1, span) float32: 0 where the row may attend, -inf elsewhere. Grouped query heads
@@ -146,11 +173,17 @@ class StaticRollout(HFRollout):
         if cfg.model_type not in SUPPORTED_TYPES:
             raise ValueError(f"StaticRollout supports model_type {SUPPORTED_TYPES}, got {cfg.model_type!r}; "
                              "use rollout.name=hf")
+        self.gemma = cfg.model_type == "gemma3_text"
         rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-        if rope.get("rope_type", rope.get("type", "default")) not in STATIC_ROPE_TYPES:
-            raise ValueError(f"StaticRollout: rope type {rope.get('rope_type')!r} is not supported; use rollout.name=hf")
-        if getattr(cfg, "hidden_act", "silu") != "silu":
-            raise ValueError(f"StaticRollout: hidden_act {cfg.hidden_act!r} is not supported (silu only); use rollout.name=hf")
+        ropes = [rope[t] for t in sorted(set(cfg.layer_types))] if self.gemma else [rope]  # Gemma: one per layer type
+        for r in ropes:
+            if r.get("rope_type", r.get("type", "default")) not in STATIC_ROPE_TYPES:
+                raise ValueError(f"StaticRollout: rope type {r.get('rope_type')!r} is not supported; use rollout.name=hf")
+        act = cfg.hidden_activation if self.gemma else getattr(cfg, "hidden_act", "silu")
+        if act != ("gelu_pytorch_tanh" if self.gemma else "silu"):
+            raise ValueError(f"StaticRollout: activation {act!r} is not supported for {cfg.model_type}; use rollout.name=hf")
+        if self.gemma and (cfg.attn_logit_softcapping or cfg.final_logit_softcapping):
+            raise ValueError("StaticRollout: logit soft-capping is not supported; use rollout.name=hf")
         if getattr(cfg, "use_sliding_window", False):
             raise ValueError("StaticRollout: sliding-window attention is not supported; use rollout.name=hf")
         super().__init__(model, tokenizer, device=device, dtype=dtype, max_batch_size=max_batch_size,
@@ -172,8 +205,12 @@ class StaticRollout(HFRollout):
         # writes stay eager (an in-place write into a graph input could be functionalised into a copy
         # of the cache); so do the sampler's small cumsums.
         wrap = torch.compile if compile else (lambda f: f)
-        self._pre, self._post, self._attn = wrap(pre_attention), wrap(post_attention), wrap(decode_attention)
+        pre, post = (gemma_pre_attention, gemma_post_attention) if self.gemma else (pre_attention, post_attention)
+        self._pre, self._post, self._attn = wrap(pre), wrap(post), wrap(decode_attention)
         self._sums = wrap(block_sums)
+        # Gemma 3 alternates sliding-window layers (they see the last `window` positions) with full ones
+        self.layer_types = list(cfg.layer_types) if self.gemma else ["full_attention"] * cfg.num_hidden_layers
+        self.window = cfg.sliding_window if self.gemma else None
 
     # ---- buffers -----------------------------------------------------------------------
 
@@ -223,6 +260,8 @@ class StaticRollout(HFRollout):
                 "out_lp": torch.zeros(rows, cols, dtype=torch.float32, device=dev),
                 "arange": torch.arange(cols, device=dev),
                 "mask_bias": torch.zeros(rows, cols, dtype=torch.float32, device=dev),  # decode mask: 0 / -inf
+                "window_bias": torch.zeros(rows, cols, dtype=torch.float32, device=dev),  # ... of sliding layers
+                "len": torch.zeros(rows, dtype=torch.long, device=dev),   # prompt length per row
             }
         return self._state
 
@@ -233,24 +272,37 @@ class StaticRollout(HFRollout):
 
     # ---- the model, our way ----------------------------------------------------------------
 
-    def _rotary(self, pos: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rotary(self, pos: torch.Tensor, dtype, layer_type: str = "full_attention"):
+        """cos, sin (rows, T, 1, head_dim) for positions pos (rows, T); Gemma has one rope per layer type."""
         rope = self.model.model.rotary_emb
-        freqs = pos[..., None].float() * rope.inv_freq.float()  # (..., head_dim / 2)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        return (emb.cos() * rope.attention_scaling).to(dtype), (emb.sin() * rope.attention_scaling).to(dtype)
+        prefix = f"{layer_type}_" if self.gemma else ""
+        inv_freq, scale = getattr(rope, prefix + "inv_freq"), getattr(rope, prefix + "attention_scaling")
+        freqs = pos[..., None].float() * inv_freq.float()  # (rows, T, head_dim / 2)
+        emb = torch.cat([freqs, freqs], dim=-1)[:, :, None]  # broadcast over heads
+        return (emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)
 
-    @staticmethod
-    def _norm(x: torch.Tensor, norm) -> torch.Tensor:
+    def _norm(self, x: torch.Tensor, norm) -> torch.Tensor:
+        if self.gemma:
+            return gemma_norm(x, norm.weight, norm.eps)
         return F.rms_norm(x, x.shape[-1:], norm.weight, norm.variance_epsilon)
 
     def _layers(self, h: torch.Tensor, pos: torch.Tensor, attend) -> torch.Tensor:
         """Run every decoder layer; `attend(layer_index, q, k, v)` does the cache write and attention.
 
         h: (rows, T, hidden); pos: (rows, T); q: (rows, heads, T, head_dim), k/v: (rows, kv, T, head_dim)."""
-        cos, sin = self._rotary(pos, h.dtype)
-        cos, sin = cos[:, :, None], sin[:, :, None]  # (rows, T, 1, head_dim): broadcast over heads
+        rot = {t: self._rotary(pos, h.dtype, t) for t in set(self.layer_types)}
         for i, layer in enumerate(self.model.model.layers):
             w, a, m = self._fused[i], layer.self_attn, layer.mlp
+            cos, sin = rot[self.layer_types[i]]
+            if self.gemma:
+                norm = layer.input_layernorm
+                q, k, v = self._pre(h, norm.weight, norm.eps, w["qkv_weight"], w["qkv_bias"], cos, sin, self.n_heads,
+                                    self.n_kv, a.q_norm.weight, a.k_norm.weight)
+                o = attend(i, q, k, v)  # (rows, heads, T, head_dim)
+                h = self._post(h, o, a.o_proj.weight, a.o_proj.bias, norm.eps, layer.post_attention_layernorm.weight,
+                               layer.pre_feedforward_layernorm.weight, layer.post_feedforward_layernorm.weight,
+                               w["gate_up_weight"], w["gate_up_bias"], m.down_proj.weight, m.down_proj.bias)
+                continue
             q, k, v = self._pre(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
                                 w["qkv_weight"], w["qkv_bias"], cos, sin, self.n_heads, self.n_kv)
             o = attend(i, q, k, v)  # (rows, heads, T, head_dim)
@@ -279,6 +331,10 @@ class StaticRollout(HFRollout):
         st["prompt_ok"][:rows].zero_()
         st["prompt_ok"][:rows, :width] = st["arange"][:width] < lengths[:, None]
         pos = st["arange"][:width].expand(rows, width)                   # (rows, width)
+        window_mask = None  # sliding-window layers: a query sees the last `window` positions, itself included
+        if self.window is not None and width > self.window:
+            back = st["arange"][:width, None] - st["arange"][None, :width]  # (width, width)
+            window_mask = (back >= 0) & (back < self.window)
         logits = []
         step = max(1, self.prefill_tokens // width)
         for r0 in range(0, rows, step):
@@ -287,12 +343,16 @@ class StaticRollout(HFRollout):
             def attend(i, q, k, v, r0=r0, r1=r1):
                 st["k"][i][r0:r1, :, :width] = k
                 st["v"][i][r0:r1, :, :width] = v
+                if window_mask is not None and self.layer_types[i] == "sliding_attention":
+                    return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask, scale=self.scaling,
+                                                          enable_gqa=True)
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=True)
 
             h = self._layers(self.model.model.embed_tokens(ids[r0:r1]), pos[r0:r1], attend)  # (n, width, hidden)
             last = h[torch.arange(r1 - r0, device=dev), lengths[r0:r1] - 1]  # (n, hidden)
             logits.append(self._logits(last))
         st["pos"][:rows] = lengths
+        st["len"][:rows] = lengths
         st["width"].fill_(width)
         st["col"].fill_(width)
         st["step"].zero_()
@@ -318,13 +378,17 @@ class StaticRollout(HFRollout):
         # prompt columns of this row, and every generated column up to the current one
         allowed = st["prompt_ok"][:rows, :span] | ((cols >= st["width"]) & (cols <= st["col"]))  # (rows, span)
         st["mask_bias"][:rows, :span] = torch.where(allowed, 0.0, float("-inf"))
+        if self.window is not None:  # sliding layers also drop columns `window` or more positions back
+            col_pos = torch.where(cols < st["width"], cols, st["len"][:rows, None] + cols - st["width"])  # (rows, span)
+            near = st["pos"][:rows, None] - col_pos < self.window
+            st["window_bias"][:rows, :span] = torch.where(allowed & near, 0.0, float("-inf"))
 
         def attend(i, q, k, v):
             kc, vc = st["k"][i][:rows], st["v"][i][:rows]
             kc.index_copy_(2, st["col"], k)
             vc.index_copy_(2, st["col"], v)
-            return self._attn(q, kc[:, :, :span], vc[:, :, :span], st["mask_bias"][:rows, None, None, :span],
-                              self.scaling)
+            bias = st["window_bias" if self.layer_types[i] == "sliding_attention" else "mask_bias"]
+            return self._attn(q, kc[:, :, :span], vc[:, :, :span], bias[:rows, None, None, :span], self.scaling)
 
         h = self.model.model.embed_tokens(st["tok"][:rows, None])         # (rows, 1, hidden)
         h = self._layers(h, st["pos"][:rows, None], attend)

@@ -1,0 +1,62 @@
+"""Do `hf_static` and `hf` decode a checkpoint alike? Greedy tokens and log-probs of both backends on the
+first prompts of a data file, and their wall times; run it before switching a new model to hf_static.
+
+    python scripts/check_rollout_backends.py --model CKPT --tokenizer TOK --data test.parquet [--compile]
+
+In float32 (the default) the two agree token for token; in bf16 near-ties may part them (see
+docs/results/h200/README.md), so compare log-probs there.
+"""
+import argparse
+import time
+
+import pandas as pd
+import torch
+
+from verl.utils.tokenizer import load_tokenizer
+from verl.workers.model_loader import load_model, to_dtype
+from verl.workers.rollout.base import SamplingParams
+from verl.workers.rollout.hf_rollout import HFRollout
+from verl.workers.rollout.static_rollout import StaticRollout
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--tokenizer", default=None, help="default: the model")
+    p.add_argument("--data", required=True, help="a parquet with a chat 'prompt' column")
+    p.add_argument("--n", type=int, default=8, help="prompts")
+    p.add_argument("--new-tokens", type=int, default=48)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--compile", action="store_true", help="hf_static with rollout.compile=true")
+    args = p.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tok = load_tokenizer(args.tokenizer or args.model)
+    model = load_model(args.model, dtype=to_dtype(args.dtype)).to(device).eval()
+    rows = pd.read_parquet(args.data).head(args.n)
+    prompts = [tok(tok.apply_chat_template([dict(m) for m in r], add_generation_prompt=True, tokenize=False),
+                   add_special_tokens=False)["input_ids"] for r in rows["prompt"]]
+    sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, return_logprobs=True)
+    width = max(map(len, prompts)) + args.new_tokens + StaticRollout.bucket
+    backends = {"hf": HFRollout(model, tok, device=device, eos_token_ids=[]),
+                "hf_static": StaticRollout(model, tok, device=device, eos_token_ids=[], max_model_len=width,
+                                           compile=args.compile)}
+    outs = {}
+    for name, backend in backends.items():
+        backend.generate(prompts[:1], sp)  # warm: graphs, compilation
+        t0 = time.perf_counter()
+        outs[name] = backend.generate(prompts, sp)
+        print(f"{name:9s} {time.perf_counter() - t0:6.2f} s for {len(prompts)} prompts x {args.new_tokens} tokens")
+    same = 0
+    for i, (a, b) in enumerate(zip(outs["hf"], outs["hf_static"])):
+        split = next((j for j, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), len(a.token_ids))
+        n = min(split, len(a.logprobs), len(b.logprobs))
+        diff = max((abs(x - y) for x, y in zip(a.logprobs[:n], b.logprobs[:n])), default=0.0)
+        same += a.token_ids == b.token_ids
+        print(f"prompt {i} ({len(prompts[i])} tokens): first difference at {split}, max |log-prob diff| before it "
+              f"{diff:.2e}; {tok.decode(b.token_ids)[:60]!r}")
+    print(f"{same} of {len(prompts)} prompts decoded identically")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
