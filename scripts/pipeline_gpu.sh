@@ -58,7 +58,7 @@ ppo() {  # $1 = alpha, $2 = output dir
     rollout.name="$ROLLOUT" rollout.max_batch_size=$((BATCH * 2)) \
     actor.lr="$ACTOR_LR" actor.ppo_mini_batch_size=$((BATCH / 2)) actor.ppo_micro_batch_size=$((BATCH / 2)) \
     critic.lr=1e-4 critic.ppo_mini_batch_size=$((BATCH / 2)) critic.ppo_micro_batch_size=$((BATCH / 2)) \
-    env.pool_url="$URL" env.alpha="$1" trainer.total_steps="$STEPS" trainer.test_freq=10 \
+    env.pool_url="$URL" env.alpha="$1" trainer.total_steps="$STEPS" trainer.test_freq=10 trainer.dump_rollouts=8 \
     trainer.output_dir="$2" trainer.experiment_name="gpu_alpha$1" $PPO_FLAGS > "$2.log" 2>&1
 }
 ppo 0.0 "$OUT/ppo_alpha0" & A=$!

@@ -159,3 +159,26 @@ def _sampling():
     from verl.workers.rollout.base import SamplingParams
 
     return SamplingParams(temperature=1.0, max_new_tokens=8)
+
+
+def test_format_failures_are_counted_by_the_rule_that_broke(tok, questions):
+    """Even rows answer at once without <think> (rule "start"); odd rows follow the protocol."""
+    with ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0)) as srv:
+        env, registry = make_env(tok, srv.url)
+        rows = make_rows(tok, registry, questions)
+        good = scripted_policy(tok, rows)
+        bare = {tuple(r.prompt_ids) for r in rows[::2]}
+        answer = tok("<answer>x</answer>", add_special_tokens=False)["input_ids"]
+
+        def generate(prompts, sampling):
+            outs = good(prompts, sampling)
+            return [GenOutput(answer, "stop") if tuple(p) in bare else o for p, o in zip(prompts, outs)]
+
+        result = env.rollout(rows, generate, _sampling(), validate=False)
+        scores, metrics = env.score(result, rows, validate=False)
+        env.client.close()
+    n = len(rows)
+    assert metrics["format_fail/start"] == [float(i % 2 == 0) for i in range(n)]
+    assert all(metrics[f"format_fail/{r}"] == [0.0] * n for r in ("tags", "answer", "end", "think", "information",
+                                                                   "route"))
+    assert list(scores) == [-1.0 if i % 2 == 0 else 1.0 for i in range(n)]

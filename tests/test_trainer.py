@@ -7,13 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
 from verl.trainer.main_ppo import CONFIG_DIR, run
+from verl.trainer.single_turn import target_char_reward
 from verl.trainer.tracking import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
+TOY = "tests/data/toy_prompts.parquet"
 
 
 def config(tmp_path, *overrides):
@@ -30,7 +33,7 @@ def by_step(path):
 
 def test_steps_are_updates_and_the_last_step_is_saved(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    run(config(tmp_path, "trainer.total_steps=3", "trainer.save_freq=2", "trainer.test_freq=0"))
+    run(config(tmp_path, "trainer.total_steps=3", "trainer.save_freq=2", "trainer.test_freq=0", "trainer.dump_rollouts=2"))
     saved = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert saved == ["step_000002", "step_000003"]  # the reference saved at 210 of 225 and never at the end
     state = json.loads((tmp_path / "checkpoints" / "step_000003" / "trainer_state.json").read_text())
@@ -40,6 +43,11 @@ def test_steps_are_updates_and_the_last_step_is_saved(tmp_path, monkeypatch):
     assert "val/reward/mean" in rows[3]  # the last step always validates
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert (tmp_path / "hf" / "config.json").exists()
+    dumped = read_jsonl(tmp_path / "rollouts.jsonl")  # the first 2 episodes of each step, scored as trained
+    assert [d["step"] for d in dumped] == [1, 1, 2, 2, 3, 3]
+    targets = {r["extra_info"]["uid"]: r["target_char"] for r in pd.read_parquet(ROOT / TOY).to_dict("records")}
+    for d in dumped:
+        assert d["reward"] == pytest.approx(target_char_reward(d["text"], {"target_char": targets[d["uid"]]}))
 
 
 def test_resume_reproduces_the_next_steps(tmp_path, monkeypatch):

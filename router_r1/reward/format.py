@@ -16,6 +16,7 @@ import re
 from router_r1.pool.registry import ModelRegistry
 from router_r1.protocol import parse_action
 
+FORMAT_RULES = ("tags", "start", "answer", "end", "think", "information", "route")  # the reason's prefix
 _TAG = re.compile(r"<(/?)(think|search|answer|information)>")
 
 

@@ -24,6 +24,7 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import build_router_prompt
 from router_r1.protocol import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
+from router_r1.reward.format import FORMAT_RULES
 from router_r1.reward.score import RewardConfig, compute_scores
 from router_r1.rollout.episode import Episode, TurnRules
 from verl.trainer.env import GenerateFn, RolloutResult
@@ -209,6 +210,8 @@ class RouterEnv:
         metrics = {k: [float(m[k]) for m in per] for k in ("em", "f1", "format_ok", "cost_usd", "cost_reward",
                                                            "route_count")}
         metrics["hit_budget"] = [float(x) for x in result.info["hit_budget"]]
+        for rule in FORMAT_RULES:  # which format rule failed: the first one check_format found broken
+            metrics[f"format_fail/{rule}"] = [float(m["format_reason"].split(":")[0] == rule) for m in per]
         if self.cfg.budgets:  # per-budget accuracy, and how often an answer had to be forced
             metrics["forced"] = [float(x) for x in result.info["forced"]]
             for b in sorted(set(result.info["turn_budget"])):

@@ -183,7 +183,20 @@ class PPOTrainer:
             lengths = [len(r) for r in result.response_ids]
             scores = scores + overlong_penalty(lengths, o.max_length, o.buffer, o.factor).astype(np.float32)
         env_metrics["reward"] = scores.tolist()  # what the advantages see, except rows the env masked out whole
+        if k == 0 and self.cfg.trainer.dump_rollouts and self.is_main:
+            self._dump_rollouts(rows, result, env_metrics)
         return Played(rows, result, scores, env_metrics)
+
+    def _dump_rollouts(self, rows, result: RolloutResult, env_metrics: dict) -> None:
+        """Append the first trainer.dump_rollouts episodes of this step to output_dir/rollouts.jsonl."""
+        n = min(self.cfg.trainer.dump_rollouts, len(rows))
+        texts = result.info.get("text") or self.tokenizer.batch_decode(result.response_ids[:n], skip_special_tokens=True)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.out_dir / "rollouts.jsonl", "a") as f:
+            for i in range(n):
+                rec = {"step": self.global_step + 1, "uid": str(rows[i].uid), "text": texts[i],
+                       **{k: v[i] for k, v in env_metrics.items() if len(v) == len(rows)}}
+                f.write(json.dumps(rec, default=float) + "\n")
 
     def _keep_informative(self, rows, scores, n_batches: int, metrics: dict) -> list[int]:
         """Rows of the first train_batch_size groups with differing rewards; logs the counts."""
