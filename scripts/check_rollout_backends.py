@@ -28,6 +28,7 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--compile", action="store_true", help="hf_static with rollout.compile=true")
+    p.add_argument("--hf-batch", type=int, default=64, help="hf's max_batch_size (rows per chunk)")
     args = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = load_tokenizer(args.tokenizer or args.model)
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
                    add_special_tokens=False)["input_ids"] for r in rows["prompt"]]
     sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, return_logprobs=True)
     width = max(map(len, prompts)) + args.new_tokens + StaticRollout.bucket
-    backends = {"hf": HFRollout(model, tok, device=device, eos_token_ids=[]),
+    backends = {"hf": HFRollout(model, tok, device=device, eos_token_ids=[], max_batch_size=args.hf_batch),
                 "hf_static": StaticRollout(model, tok, device=device, eos_token_ids=[], max_model_len=width,
                                            compile=args.compile)}
     outs = {}
@@ -55,6 +56,11 @@ def main(argv=None) -> int:
         print(f"prompt {i} ({len(prompts[i])} tokens): first difference at {split}, max |log-prob diff| before it "
               f"{diff:.2e}; {tok.decode(b.token_ids)[:60]!r}")
     print(f"{same} of {len(prompts)} prompts decoded identically")
+    # hf decodes longest first in chunks of --hf-batch rows: a fault tied to one chunk shows up here
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    chunks = [order[k:k + args.hf_batch] for k in range(0, len(order), args.hf_batch)]
+    first = [sum(outs["hf"][i].token_ids[:1] == outs["hf_static"][i].token_ids[:1] for i in c) for c in chunks]
+    print("first tokens equal per hf chunk:", ", ".join(f"{f}/{len(c)}" for f, c in zip(first, chunks)))
     return 0
 
 

@@ -69,7 +69,7 @@ for d in "$OUT/ppo_alpha0" "$OUT/ppo_alpha$ALPHA"; do cp "$OUT/oracle/prompt_tem
 
 stage "evaluation on $EVAL_LIMIT test questions (greedy)"
 $PY -m router_r1.eval.evaluate --data "$OUT/data/test.parquet" --pool configs/pool/sim.yaml --pool-url "$URL" \
-  --greedy --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 --device "$DEVICE" \
+  --greedy --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 --device "$DEVICE" --rollout "$ROLLOUT" \
   --batch-size 256 --checkpoint "$OUT/sft" --checkpoint "$OUT/ppo_alpha0/hf" --checkpoint "$OUT/ppo_alpha$ALPHA/hf" \
   --out "$OUT/eval"
 stage "done"

@@ -204,6 +204,27 @@ def test_tiny_checkpoint_greedy_repeats_and_sampling_follows_the_seed(tmp_path, 
     assert texts(greedy=False, temperature=1.0, seed=0) != texts(greedy=False, temperature=1.0, seed=1)
 
 
+def test_rollout_backends_give_the_same_greedy_episodes(tmp_path, data, checkpoints):
+    """--rollout hf_static evaluates as hf does (greedy, fp32); auto is hf on CPU; a bad name is a clear error."""
+    from verl.workers.rollout.hf_rollout import HFRollout
+    from verl.workers.rollout.static_rollout import StaticRollout
+
+    test_file, _ = data
+    texts = {}
+    for name in ("hf", "hf_static"):
+        policy = load_policy(checkpoints[0], "cpu", rollout=name, max_batch_size=4)
+        cfg = EvalConfig(data=[str(test_file)], checkpoints=["tiny"], sim=True, limit=4, max_turns=2,
+                         response_length=8, batch_size=4, out=str(tmp_path / name))
+        evaluate(cfg, load=lambda c: policy, log=lambda msg: None)
+        texts[name] = [json.loads(x)["text"] for x in (tmp_path / name / "trajectories.jsonl").read_text().splitlines()]
+    assert texts["hf"] == texts["hf_static"] and len(texts["hf"]) == 4
+    auto = load_policy(checkpoints[0], "cpu").generate.__self__
+    assert type(auto) is HFRollout and not isinstance(auto, StaticRollout)
+    assert isinstance(load_policy(checkpoints[0], "cpu", rollout="hf_static").generate.__self__, StaticRollout)
+    with pytest.raises(EvalError, match="--rollout must be one of"):
+        load_policy(checkpoints[0], "cpu", rollout="vllm")
+
+
 def test_baselines_use_the_same_pool_and_scorer(tmp_path, tok, data):
     test_file, truth = data
     # direct prompts get the gold answer back (so EM 1 without a call); router prompts route to CHEAP

@@ -218,13 +218,15 @@ def test_check_rollout_backends_script(tok, tmp_path, capsys):
     model = tiny_model(len(tok), kind="gemma3", seed=17)
     model.save_pretrained(tmp_path / "ckpt")
     tok.save_pretrained(tmp_path / "ckpt")
-    pd.DataFrame({"prompt": [[{"role": "user", "content": t}] for t in ("Who discovered Bririum?", "10:30")]}) \
-        .to_parquet(tmp_path / "data.parquet")
+    texts = ("Who discovered Bririum?", "10:30", "Which river runs through the capital of Gordesh?")
+    pd.DataFrame({"prompt": [[{"role": "user", "content": t}] for t in texts]}).to_parquet(tmp_path / "data.parquet")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                           "check_rollout_backends.py")
     spec = importlib.util.spec_from_file_location("check_rollout_backends", script)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--model", str(tmp_path / "ckpt"), "--data", str(tmp_path / "data.parquet"),
-                     "--new-tokens", "12"]) == 0
-    assert "2 of 2 prompts decoded identically" in capsys.readouterr().out
+                     "--new-tokens", "12", "--hf-batch", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "3 of 3 prompts decoded identically" in out
+    assert "first tokens equal per hf chunk: 2/2, 1/1" in out

@@ -188,14 +188,23 @@ def resolve_template(template_file: str | None, checkpoint: Path | None) -> str 
     return None
 
 
-def load_policy(checkpoint: str | Path, device: str | None = None, template_file: str | None = None) -> Policy:
-    """An HF model dir (config, weights, tokenizer) behind the transformers rollout backend."""
+ROLLOUTS = ("auto", "hf", "hf_static")
+
+
+def load_policy(checkpoint: str | Path, device: str | None = None, template_file: str | None = None,
+                rollout: str = "auto", max_batch_size: int = 64) -> Policy:
+    """An HF model dir (config, weights, tokenizer) behind a transformers rollout backend: `auto` takes
+    hf_static (static cache, CUDA graphs; what the GPU pipeline trains with) on CUDA where the model
+    type allows, else the plain hf loop."""
+    if rollout not in ROLLOUTS:
+        raise EvalError(f"--rollout must be one of {ROLLOUTS}, got {rollout!r}")
     path = check_checkpoint(checkpoint)
     import torch
     from transformers import AutoModelForCausalLM
 
     from verl.utils.tokenizer import load_tokenizer
-    from verl.workers.rollout.hf_rollout import HFRollout
+    from verl.workers.rollout import build_rollout
+    from verl.workers.rollout.static_rollout import SUPPORTED_TYPES
 
     try:
         tokenizer = load_tokenizer(str(path))
@@ -203,8 +212,16 @@ def load_policy(checkpoint: str | Path, device: str | None = None, template_file
     except (OSError, ValueError) as e:
         raise EvalError(f"{path}: cannot load the checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from e
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    rollout = HFRollout(model, tokenizer, device=device)
-    return Policy(tokenizer, rollout.generate, resolve_template(template_file, path),
+    if rollout == "auto":
+        on_gpu = torch.device(device).type == "cuda"
+        rollout = "hf_static" if on_gpu and model.config.model_type in SUPPORTED_TYPES else "hf"
+    max_len = min(4096, getattr(model.config, "max_position_embeddings", None) or 4096)
+    try:
+        backend = build_rollout({"name": rollout, "device": device, "max_batch_size": max_batch_size,
+                                 "max_model_len": max_len}, model, tokenizer)
+    except ValueError as e:  # e.g. hf_static asked for a model type it does not cover
+        raise EvalError(f"{path}: {e}") from e
+    return Policy(tokenizer, backend.generate, resolve_template(template_file, path),
                   getattr(model.config, "max_position_embeddings", None))
 
 
@@ -317,6 +334,7 @@ class EvalConfig:
     cache_dir: str | None = None
     limit: int | None = None  # rows per file
     device: str | None = None
+    rollout: str = "auto"  # auto (hf_static on CUDA where supported, else hf) | hf | hf_static
     prompt_template: str | None = None
     budget: int | None = None  # turn budget T_max for router runs (None: max_turns, prompts as given)
     budget_mode: str = "end"  # end | forced (what a route past the budget leads to)
@@ -503,7 +521,7 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
         raise EvalError(f"--budget must be >= 0, got {cfg.budget}")
     if cfg.budget_mode not in ("end", "forced"):
         raise EvalError(f"--budget-mode must be end|forced, got {cfg.budget_mode!r}")
-    load = load or (lambda c: load_policy(c, cfg.device, cfg.prompt_template))
+    load = load or (lambda c: load_policy(c, cfg.device, cfg.prompt_template, cfg.rollout, cfg.batch_size))
     files = find_data_files(cfg.data)
     rows = load_rows(files, cfg.limit)
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -579,6 +597,8 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
     p.add_argument("--cache-dir", default=None, help="pool reply cache (re-runs cost the same, call nothing)")
     p.add_argument("--limit", type=int, default=None, help="first N rows of each file")
     p.add_argument("--device", default=None, help="torch device (default cuda if available)")
+    p.add_argument("--rollout", choices=ROLLOUTS, default="auto",
+                   help="decoding backend: auto = hf_static on CUDA where the model type allows, else hf")
     p.add_argument("--prompt-template", default=None,
                    help=f"template for prompts built here (direct, --budget); default: the checkpoint's {TEMPLATE_FILE}")
     p.add_argument("--budget", type=int, default=None, metavar="N",
@@ -595,7 +615,7 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
         top_p=a.top_p, seed=a.seed, batch_size=a.batch_size, max_turns=a.max_turns,
         max_obs_length=a.max_obs_length, response_length=a.response_length,
         max_response_length=a.max_response_length, schedule=a.schedule, alpha=a.alpha, out=a.out,
-        cache_dir=a.cache_dir, limit=a.limit, device=a.device, prompt_template=a.prompt_template,
+        cache_dir=a.cache_dir, limit=a.limit, device=a.device, rollout=a.rollout, prompt_template=a.prompt_template,
         budget=a.budget, budget_mode=a.budget_mode, budget_text=a.budget_text)
 
 
@@ -604,7 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for c in cfg.checkpoints:  # before any model import or pool start
             check_checkpoint(c)
-        evaluate(cfg, load=lambda c: quiet_transformers() or load_policy(c, cfg.device, cfg.prompt_template))
+        evaluate(cfg, load=lambda c: quiet_transformers() or load_policy(c, cfg.device, cfg.prompt_template,
+                                                                          cfg.rollout, cfg.batch_size))
     except USER_ERRORS as e:
         print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
