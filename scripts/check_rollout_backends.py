@@ -4,10 +4,14 @@ first prompts of a data file, and their wall times; run it before switching a ne
     python scripts/check_rollout_backends.py --model CKPT --tokenizer TOK --data test.parquet [--compile]
 
 In float32 (the default) the two agree token for token; in bf16 near-ties may part them (see
-docs/results/h200/README.md), so compare log-probs there.
+docs/results/h200/README.md), so compare log-probs there. `hf` also runs a second time with the cuDNN
+attention backend left out (`hf_no_cudnn`): on the H200 hf wrote wrong first tokens in one chunk per
+call, and cuDNN's masked attention is the suspect (it is the default there; hf_static passes no mask).
 """
 import argparse
 import time
+
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import pandas as pd
 import torch
@@ -17,6 +21,17 @@ from verl.workers.model_loader import load_model, to_dtype
 from verl.workers.rollout.base import SamplingParams
 from verl.workers.rollout.hf_rollout import HFRollout
 from verl.workers.rollout.static_rollout import StaticRollout
+
+
+class WithoutCudnn:
+    """A backend whose generate runs with every sdpa kernel but cuDNN's."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def generate(self, prompts, sampling):
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+            return self.inner.generate(prompts, sampling)
 
 
 def main(argv=None) -> int:
@@ -38,7 +53,8 @@ def main(argv=None) -> int:
                    add_special_tokens=False)["input_ids"] for r in rows["prompt"]]
     sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, return_logprobs=True)
     width = max(map(len, prompts)) + args.new_tokens + StaticRollout.bucket
-    backends = {"hf": HFRollout(model, tok, device=device, eos_token_ids=[], max_batch_size=args.hf_batch),
+    hf = HFRollout(model, tok, device=device, eos_token_ids=[], max_batch_size=args.hf_batch)
+    backends = {"hf": hf, "hf_no_cudnn": WithoutCudnn(hf),
                 "hf_static": StaticRollout(model, tok, device=device, eos_token_ids=[], max_model_len=width,
                                            compile=args.compile)}
     outs = {}
@@ -46,7 +62,7 @@ def main(argv=None) -> int:
         backend.generate(prompts[:1], sp)  # warm: graphs, compilation
         t0 = time.perf_counter()
         outs[name] = backend.generate(prompts, sp)
-        print(f"{name:9s} {time.perf_counter() - t0:6.2f} s for {len(prompts)} prompts x {args.new_tokens} tokens")
+        print(f"{name:11s} {time.perf_counter() - t0:6.2f} s for {len(prompts)} prompts x {args.new_tokens} tokens")
     same = 0
     for i, (a, b) in enumerate(zip(outs["hf"], outs["hf_static"])):
         split = next((j for j, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), len(a.token_ids))
@@ -59,8 +75,10 @@ def main(argv=None) -> int:
     # hf decodes longest first in chunks of --hf-batch rows: a fault tied to one chunk shows up here
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     chunks = [order[k:k + args.hf_batch] for k in range(0, len(order), args.hf_batch)]
-    first = [sum(outs["hf"][i].token_ids[:1] == outs["hf_static"][i].token_ids[:1] for i in c) for c in chunks]
-    print("first tokens equal per hf chunk:", ", ".join(f"{f}/{len(c)}" for f, c in zip(first, chunks)))
+    for name in ("hf", "hf_no_cudnn"):
+        first = [sum(outs[name][i].token_ids[:1] == outs["hf_static"][i].token_ids[:1] for i in c) for c in chunks]
+        per_chunk = ", ".join(f"{f}/{len(c)}" for f, c in zip(first, chunks))
+        print(f"{name}: first tokens equal to hf_static per chunk: {per_chunk}")
     return 0
 
 

@@ -229,4 +229,5 @@ def test_check_rollout_backends_script(tok, tmp_path, capsys):
                      "--new-tokens", "12", "--hf-batch", "2"]) == 0
     out = capsys.readouterr().out
     assert "3 of 3 prompts decoded identically" in out
-    assert "first tokens equal per hf chunk: 2/2, 1/1" in out
+    assert "hf: first tokens equal to hf_static per chunk: 2/2, 1/1" in out
+    assert "hf_no_cudnn: first tokens equal to hf_static per chunk: 2/2, 1/1" in out

@@ -615,8 +615,8 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
         top_p=a.top_p, seed=a.seed, batch_size=a.batch_size, max_turns=a.max_turns,
         max_obs_length=a.max_obs_length, response_length=a.response_length,
         max_response_length=a.max_response_length, schedule=a.schedule, alpha=a.alpha, out=a.out,
-        cache_dir=a.cache_dir, limit=a.limit, device=a.device, rollout=a.rollout, prompt_template=a.prompt_template,
-        budget=a.budget, budget_mode=a.budget_mode, budget_text=a.budget_text)
+        cache_dir=a.cache_dir, limit=a.limit, device=a.device, rollout=a.rollout,
+        prompt_template=a.prompt_template, budget=a.budget, budget_mode=a.budget_mode, budget_text=a.budget_text)
 
 
 def main(argv: list[str] | None = None) -> int:

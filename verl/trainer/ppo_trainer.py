@@ -190,7 +190,9 @@ class PPOTrainer:
     def _dump_rollouts(self, rows, result: RolloutResult, env_metrics: dict) -> None:
         """Append the first trainer.dump_rollouts episodes of this step to output_dir/rollouts.jsonl."""
         n = min(self.cfg.trainer.dump_rollouts, len(rows))
-        texts = result.info.get("text") or self.tokenizer.batch_decode(result.response_ids[:n], skip_special_tokens=True)
+        texts = result.info.get("text")
+        if texts is None:  # an env that keeps no decoded text
+            texts = self.tokenizer.batch_decode(result.response_ids[:n], skip_special_tokens=True)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         with open(self.out_dir / "rollouts.jsonl", "a") as f:
             for i in range(n):

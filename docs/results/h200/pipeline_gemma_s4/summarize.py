@@ -60,7 +60,8 @@ def eval_tables() -> None:
             if keep(t):
                 by_run[t["run"]].append(t)
         for run, ts in by_run.items():
-            em = {s: np.mean([t["em"] for t in ts if t["data_source"] == s] or [np.nan]) for s in ("sim_1hop", "sim_2hop")}
+            em = {s: np.mean([t["em"] for t in ts if t["data_source"] == s] or [np.nan])
+                  for s in ("sim_1hop", "sim_2hop")}
             print(f"{run:14s} {len(ts):4d} {em['sim_1hop']:6.3f} {em['sim_2hop']:6.3f} "
                   f"{np.mean([t['em'] for t in ts]):6.3f} {np.mean([t['format_ok'] for t in ts]):5.2f} "
                   f"{np.mean([t['cost_usd'] for t in ts]) * 1e6:10.2f} {np.mean([t['route_count'] for t in ts]):5.2f} "
