@@ -6,8 +6,9 @@
 #
 #   bash scripts/pipeline_gpu.sh                  # defaults below; outputs under $OUT
 #   STEPS=5 N_ORACLE=200 MODEL='{...}' DEVICE=cpu bash scripts/pipeline_gpu.sh   # a smoke run
-#   MODEL=/models/gemma-3-270m.gguf TOKENIZER=/models/gemma-3-270m.gguf ROLLOUT=hf bash scripts/pipeline_gpu.sh
-#                                                 # a pretrained start (its own tokenizer; hf_static covers Llama, Qwen2, Gemma 3)
+#   MODEL=/models/gemma-3-270m.gguf TOKENIZER=/models/gemma-3-tok bash scripts/pipeline_gpu.sh
+#       # a pretrained start: its own tokenizer (a GGUF's, or the directory scripts/save_gguf_tokenizer.py
+#       # wrote); hf_static covers Llama, Qwen2 and Gemma 3, ROLLOUT=hf the rest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
