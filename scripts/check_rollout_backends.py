@@ -11,10 +11,9 @@ call, and cuDNN's masked attention is the suspect (it is the default there; hf_s
 import argparse
 import time
 
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
 import pandas as pd
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from verl.utils.tokenizer import load_tokenizer
 from verl.workers.model_loader import load_model, to_dtype

@@ -38,7 +38,8 @@ def budget_rows(base: EvalConfig, runs: list[tuple[str, str, bool]], budgets: li
     for label, ckpt, aware in runs:
         if ckpt not in cache:
             cache.clear()  # one model in memory at a time
-            loader = load or (lambda c: load_policy(c, base.device, base.prompt_template, base.rollout, base.batch_size))
+            loader = load or (lambda c: load_policy(c, base.device, base.prompt_template, base.rollout,
+                                                    base.batch_size))
             cache[ckpt] = loader(ckpt)
         for mode in modes:
             for b in budgets:

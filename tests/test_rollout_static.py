@@ -207,7 +207,6 @@ def test_gemma3_sliding_window_decodes_as_the_full_forward(tok):
         "the window changed nothing: the test would not see a missing mask"
 
 
-
 def test_check_rollout_backends_script(tok, tmp_path, capsys):
     """scripts/check_rollout_backends.py on a saved tiny Gemma 3 checkpoint: both backends agree."""
     import importlib.util

@@ -22,8 +22,8 @@ TOY = "tests/data/toy_prompts.parquet"
 def config(tmp_path, *overrides):
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         return compose("ppo_trainer", overrides=[f"trainer.output_dir={tmp_path}", "trainer.logger=[jsonl]",
-                                                 "data.train_files=[tests/data/toy_prompts.parquet]",
-                                                 "data.val_files=[tests/data/toy_prompts.parquet]",
+                                                 f"data.train_files=[{TOY}]",
+                                                 f"data.val_files=[{TOY}]",
                                                  "rollout.response_length=24", "actor.lr=1e-3", *overrides])
 
 
@@ -33,7 +33,8 @@ def by_step(path):
 
 def test_steps_are_updates_and_the_last_step_is_saved(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    run(config(tmp_path, "trainer.total_steps=3", "trainer.save_freq=2", "trainer.test_freq=0", "trainer.dump_rollouts=2"))
+    run(config(tmp_path, "trainer.total_steps=3", "trainer.save_freq=2", "trainer.test_freq=0",
+               "trainer.dump_rollouts=2"))
     saved = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert saved == ["step_000002", "step_000003"]  # the reference saved at 210 of 225 and never at the end
     state = json.loads((tmp_path / "checkpoints" / "step_000003" / "trainer_state.json").read_text())

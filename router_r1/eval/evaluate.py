@@ -215,13 +215,14 @@ def load_policy(checkpoint: str | Path, device: str | None = None, template_file
     if rollout == "auto":
         on_gpu = torch.device(device).type == "cuda"
         rollout = "hf_static" if on_gpu and model.config.model_type in SUPPORTED_TYPES else "hf"
-    max_len = min(4096, getattr(model.config, "max_position_embeddings", None) or 4096)  # hf_static's cache
+    model_positions = getattr(model.config, "max_position_embeddings", None)
+    max_len = min(4096, model_positions or 4096)  # hf_static's cache
     try:
         backend = build_rollout({"name": rollout, "device": device, "max_batch_size": max_batch_size,
                                  "max_model_len": max_len}, model, tokenizer)
     except ValueError as e:  # e.g. hf_static asked for a model type it does not cover
         raise EvalError(f"{path}: {e}") from e
-    positions = max_len if rollout == "hf_static" else getattr(model.config, "max_position_embeddings", None)
+    positions = max_len if rollout == "hf_static" else model_positions
     return Policy(tokenizer, backend.generate, resolve_template(template_file, path), positions)
 
 
