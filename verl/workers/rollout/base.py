@@ -1,8 +1,17 @@
-"""The rollout-backend interface: token ids in, token ids out, plus weight sync and sleep/wake."""
+"""The rollout-backend interfaces: token ids in, token ids out, plus weight sync and sleep/wake.
+
+Two shapes of the same engine:
+- `RolloutBackend.generate(prompts, sampling)`: a batch in, a batch out (one call per turn);
+- `AsyncRolloutBackend.generate_one(prompt_ids, sampling)`: one request, awaited; many run
+  at once (one coroutine per episode) and the engine decides how to batch them (vLLM's
+  async engine, hf_static's slots). `as_async(backend)` gives a batch backend that shape by
+  gathering the requests waiting at the moment the engine is free into one batch call.
+"""
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Protocol, runtime_checkable
+from typing import Callable, Iterator, Mapping, Protocol, runtime_checkable
 
 import torch
 
@@ -62,6 +71,79 @@ class RolloutBackend(Protocol):
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None: ...
     def sleep(self) -> None: ...  # release KV cache / move weights off the accelerator where supported
     def wake(self) -> None: ...
+
+
+@runtime_checkable
+class AsyncRolloutBackend(Protocol):
+    """One request at a time, many in flight; token_ids exactly as sampled (never re-tokenised),
+    logprobs (the sampling engine's own, one per token) when sampling.return_logprobs.
+
+    Optional: `release(context_ids)`, called when an episode whose last context was
+    `context_ids` ends, lets an engine that keeps an episode's cache between turns free it.
+    """
+
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> GenOutput: ...
+
+
+BatchGenerate = Callable[[list[list[int]], SamplingParams], list[GenOutput]]
+
+
+class BatchedAsync:
+    """`generate_one` over a batch `generate`: the requests waiting when the engine is free
+    (with equal SamplingParams) go out as one batch call, run in a worker thread so the event
+    loop (pool calls) keeps going while the model decodes. No waiting for a batch to fill."""
+
+    def __init__(self, generate: BatchGenerate, max_batch: int | None = None):
+        if max_batch is not None and max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1 or None, got {max_batch}")
+        self._generate = generate
+        self.max_batch = max_batch
+        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
+        self._worker: asyncio.Task | None = None
+        self.batch_sizes: list[int] = []  # rows of each batch call, for benchmarks and tests
+
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> GenOutput:
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((list(prompt_ids), sampling, fut))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        while self._pending:
+            await asyncio.sleep(0)  # let every coroutine made ready in this loop pass submit first
+            first = self._pending[0][1]
+            batch = [r for r in self._pending if r[1] == first][: self.max_batch]
+            taken = {id(r) for r in batch}
+            self._pending = [r for r in self._pending if id(r) not in taken]
+            self.batch_sizes.append(len(batch))
+            try:
+                outs = await asyncio.to_thread(self._generate, [r[0] for r in batch], first)
+                if len(outs) != len(batch):
+                    raise RuntimeError(f"generate returned {len(outs)} outputs for {len(batch)} prompts")
+            except BaseException as e:  # every waiting episode hears of it, none hangs
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(e)
+                if not isinstance(e, Exception):
+                    raise
+                continue
+            for (_, _, fut), out in zip(batch, outs):
+                if not fut.done():  # its episode was cancelled meanwhile
+                    fut.set_result(out)
+
+
+def as_async(backend: RolloutBackend | AsyncRolloutBackend | BatchGenerate,
+             max_batch: int | None = None) -> AsyncRolloutBackend:
+    """An async view of a backend: itself if it already has generate_one, else a BatchedAsync over
+    its batch `generate` (or over a plain generate function)."""
+    if isinstance(backend, AsyncRolloutBackend):
+        return backend
+    generate = getattr(backend, "generate", backend)
+    if not callable(generate):
+        raise TypeError(f"as_async needs a backend with generate/generate_one or a function, "
+                        f"got {type(backend).__name__}")
+    return BatchedAsync(generate, max_batch)
 
 
 def validate_prompts(prompts: list[list[int]], vocab_size: int | None = None) -> None:
