@@ -32,7 +32,7 @@ def make_env(env_cfg, tokenizer) -> RouterEnv:
         response_length=int(env_cfg.get("response_length", 1024)),
         max_response_length=int(env_cfg.get("max_response_length", 4096)),
         invalid_hint=bool(env_cfg.get("invalid_hint", False)),
-        schedule=str(env_cfg.get("schedule", "overlap")),
+        schedule=str(env_cfg.get("schedule", "continuous")),
         # AdaTurn (configs/adaturn.yaml documents the keys); off while `budgets` is empty
         budgets=tuple(int(b) for b in (env_cfg.get("budgets") or ())),
         budget_seed=int(env_cfg.get("budget_seed", 0)),

@@ -66,7 +66,7 @@ def scripted_policy(tok, rows, route_to=BIG, calls=None):
     return generate
 
 
-def make_env(tok, url, schedule="overlap", max_turns=4, alpha=0.0, **client_kw):
+def make_env(tok, url, schedule="continuous", max_turns=4, alpha=0.0, **client_kw):
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
     client = PoolClient(registry, **client_kw)
     cfg = RouterConfig(max_turns=max_turns, max_obs_length=64, response_length=96, max_response_length=1024,
@@ -74,7 +74,7 @@ def make_env(tok, url, schedule="overlap", max_turns=4, alpha=0.0, **client_kw):
     return RouterEnv(cfg, tok, registry, client, RewardConfig(alpha=alpha)), registry
 
 
-@pytest.mark.parametrize("schedule", ["overlap", "sync"])
+@pytest.mark.parametrize("schedule", ["continuous", "overlap", "sync"])
 def test_episodes_route_through_the_real_pool_and_score(tok, questions, schedule):
     with ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0)) as srv:
         env, registry = make_env(tok, srv.url, schedule)
@@ -100,16 +100,16 @@ def test_episodes_route_through_the_real_pool_and_score(tok, questions, schedule
     assert list(scores) == [1.0] * len(questions)  # right answers, alpha = 0
 
 
-def test_overlap_and_sync_give_the_same_episodes(tok, questions):
+def test_every_schedule_gives_the_same_episodes(tok, questions):
     out = {}
     with ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0)) as srv:
-        for schedule in ("overlap", "sync"):
+        for schedule in ("continuous", "overlap", "sync"):
             env, registry = make_env(tok, srv.url, schedule)
             rows = make_rows(tok, registry, questions)
             out[schedule] = env.rollout(rows, scripted_policy(tok, rows), _sampling(), validate=False)
             env.client.close()
-    assert out["overlap"].response_ids == out["sync"].response_ids
-    assert out["overlap"].response_mask == out["sync"].response_mask
+    assert out["overlap"].response_ids == out["sync"].response_ids == out["continuous"].response_ids
+    assert out["overlap"].response_mask == out["sync"].response_mask == out["continuous"].response_mask
 
 
 def test_failed_pool_calls_become_observations(tok, questions):

@@ -1,11 +1,20 @@
 """The multi-turn rollout: generation interleaved with pool calls, and the reward.
 
-Two schedules produce the same kind of episodes:
+Three schedules produce the same kind of episodes (greedy episodes are identical under all):
+- "continuous" (default): one coroutine per episode, as veRL's agent loop runs them:
+  generate a turn, call the pool, generate the next turn, each the moment its input is
+  ready, through the engine's async `generate_one`. The engine decides the batching
+  (vLLM's async engine, hf_static's slots; a batch backend gets `as_async`, which sends
+  whoever is waiting whenever the engine is free). No knobs.
 - "sync": every turn generates for all live episodes, then waits for all their pool
   calls (the reference's schedule: the slowest call of the batch gates the next turn);
-- "overlap": an episode goes back to the generation queue the moment its own pool call
-  returns, and each generation batch takes whoever is ready. Generation runs in a
-  worker thread, so pool calls progress while the model decodes.
+- "overlap": the earlier schedule, kept for comparison: an episode goes back to a queue the
+  moment its pool call returns, and a batch `generate` takes whoever is ready once a share of
+  the episodes is ready or the oldest has waited long enough (overlap_min_ready/max_wait_s).
+
+With `sampling.return_logprobs` the result carries `info["rollout_log_probs"]`: per response
+token, the sampling engine's log-prob for policy tokens and 0 for environment tokens (the
+behaviour policy's log-probs that off-policy training corrects against).
 
 Turn budgets (AdaTurn, off unless `budgets` is set): each prompt gets a budget T_max drawn
 from `budgets`, stated in its prompt and used as its episode's routing limit; what a
@@ -28,7 +37,9 @@ from router_r1.reward.format import FORMAT_RULES
 from router_r1.reward.score import RewardConfig, compute_scores
 from router_r1.rollout.episode import Episode, TurnRules
 from verl.trainer.env import GenerateFn, RolloutResult
-from verl.workers.rollout.base import SamplingParams
+from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
+
+SCHEDULES = ("continuous", "sync", "overlap")
 
 
 @dataclass
@@ -38,8 +49,8 @@ class RouterConfig:
     response_length: int = 1024  # tokens per generated turn
     max_response_length: int = 4096  # all turns and observations together
     invalid_hint: bool = False  # a corrective hint after an invalid action (else nothing)
-    schedule: str = "overlap"  # overlap | sync
-    overlap_min_ready: float = 0.5  # overlap: generate once this share of unfinished episodes is ready...
+    schedule: str = "continuous"  # continuous | sync | overlap (see the module docstring)
+    overlap_min_ready: float = 0.5  # overlap only: generate once this share of unfinished episodes is ready...
     overlap_max_wait_s: float = 0.5  # ...or the oldest ready one has waited this long
     # AdaTurn. budgets: the set T_max is drawn from per prompt (empty: max_turns for all, prompts as given).
     budgets: tuple[int, ...] = ()
@@ -61,8 +72,8 @@ class RouterEnv:
 
     def __init__(self, cfg: RouterConfig, tokenizer, registry: ModelRegistry, client: PoolClient,
                  reward: RewardConfig):
-        if cfg.schedule not in ("overlap", "sync"):
-            raise ValueError(f"env.schedule must be overlap|sync, got {cfg.schedule!r}")
+        if cfg.schedule not in SCHEDULES:
+            raise ValueError(f"env.schedule must be one of {'|'.join(SCHEDULES)}, got {cfg.schedule!r}")
         self.cfg = cfg
         self.tok = tokenizer
         self.registry = registry
@@ -119,24 +130,56 @@ class RouterEnv:
             episodes.append(Episode(prompt_ids=ids, max_turns=budget))
         return episodes
 
-    def rollout(self, rows, generate: GenerateFn, sampling: SamplingParams, validate: bool) -> RolloutResult:
+    def rollout(self, rows, generate: GenerateFn | AsyncRolloutBackend, sampling: SamplingParams,
+                validate: bool) -> RolloutResult:
+        """Play one episode per row. `generate` is a batch function, or an engine with async
+        `generate_one` (the continuous schedule uses it directly; the others need a batch function)."""
         episodes = self.episodes_for(rows, sampling, validate)
         sampling = self.turn_sampling(sampling)
-        if self.cfg.schedule == "sync":
-            self._run_sync(episodes, generate, sampling)
+        track = _LogprobTrack(episodes) if sampling.return_logprobs else None
+        if self.cfg.schedule == "continuous":
+            self.client.run(self._run_continuous(episodes, as_async(generate), sampling, track))
+        elif not callable(generate):
+            raise ValueError(f"env.schedule={self.cfg.schedule!r} needs a batch generate function; "
+                             f"{type(generate).__name__} only has generate_one (use schedule=continuous)")
+        elif self.cfg.schedule == "sync":
+            self._run_sync(episodes, generate, sampling, track)
         else:
-            self.client.run(self._run_overlap(episodes, generate, sampling))
-        return self._result(episodes)
+            self.client.run(self._run_overlap(episodes, generate, sampling, track))
+        return self._result(episodes, track)
 
-    def _run_sync(self, episodes: list[Episode], generate: GenerateFn, sampling: SamplingParams) -> None:
+    def _generated(self, ep: Episode, out, track: "_LogprobTrack | None"):
+        """Hand a generated turn to the rules (recording its log-probs first); returns the route or None."""
+        if track is not None:
+            track.record(ep, out)
+        return self.rules.after_generation(ep, out.token_ids)
+
+    async def _run_continuous(self, episodes: list[Episode], engine: AsyncRolloutBackend,
+                              sampling: SamplingParams, track: "_LogprobTrack | None") -> None:
+        release = getattr(engine, "release", None)
+
+        async def play(ep: Episode) -> None:
+            while not ep.done:
+                action = self._generated(ep, await engine.generate_one(ep.context(), sampling), track)
+                if action is not None:
+                    self.rules.after_pool(ep, await self.client.route_one(RouteRequest(action.model, action.query)))
+            if release is not None:  # the engine may free what it kept of this episode
+                release(ep.context())
+
+        # A failing episode means a bug in our code (the client never raises): surface it.
+        await asyncio.gather(*(play(ep) for ep in episodes))
+
+    def _run_sync(self, episodes: list[Episode], generate: GenerateFn, sampling: SamplingParams,
+                  track: "_LogprobTrack | None" = None) -> None:
         while live := [e for e in episodes if not e.done]:
             outs = generate([e.context() for e in live], sampling)
-            routes = [(e, a) for e, o in zip(live, outs) if (a := self.rules.after_generation(e, o.token_ids))]
+            routes = [(e, a) for e, o in zip(live, outs) if (a := self._generated(e, o, track))]
             results = self.client.route([RouteRequest(a.model, a.query) for _, a in routes])
             for (e, _), res in zip(routes, results):
                 self.rules.after_pool(e, res)
 
-    async def _run_overlap(self, episodes: list[Episode], generate: GenerateFn, sampling: SamplingParams) -> None:
+    async def _run_overlap(self, episodes: list[Episode], generate: GenerateFn, sampling: SamplingParams,
+                           track: "_LogprobTrack | None" = None) -> None:
         loop = asyncio.get_running_loop()
         ready: list[Episode] = list(episodes)
         calls: set[asyncio.Task] = set()
@@ -171,7 +214,7 @@ class RouterEnv:
             batch, ready[:] = list(ready), []
             outs = await loop.run_in_executor(None, generate, [e.context() for e in batch], sampling)
             for ep, out in zip(batch, outs):
-                action = self.rules.after_generation(ep, out.token_ids)
+                action = self._generated(ep, out, track)
                 if action is not None:
                     task = asyncio.create_task(call_pool(ep, action.model, action.query))
                     calls.add(task)
@@ -182,11 +225,11 @@ class RouterEnv:
             for task in [t for t in calls if t.done() and t.exception()]:
                 raise task.exception()
 
-    def _result(self, episodes: list[Episode]) -> RolloutResult:
+    def _result(self, episodes: list[Episode], track: "_LogprobTrack | None" = None) -> RolloutResult:
         def mask(e: Episode) -> list[int]:  # mask mode: a trajectory that hit the budget is left out of the loss
             return [0] * len(e.response_mask) if self.cfg.budget_mode == "mask" and e.hit_budget else e.response_mask
 
-        return RolloutResult(
+        result = RolloutResult(
             prompt_ids=[e.prompt_ids for e in episodes],
             response_ids=[e.response_ids for e in episodes],
             response_mask=[mask(e) for e in episodes],
@@ -198,6 +241,9 @@ class RouterEnv:
                   "forced": [e.forced for e in episodes],
                   "turn_budget": [self.cfg.max_turns if e.max_turns is None else e.max_turns for e in episodes]},
         )
+        if track is not None:
+            result.info["rollout_log_probs"] = [track.aligned(e) for e in episodes]
+        return result
 
     # ------------------------------------------------------------------ reward
     def score(self, result: RolloutResult, rows, validate: bool):
@@ -238,3 +284,32 @@ def _golds(fields: dict, i: int) -> list[str]:
     except (KeyError, TypeError) as e:
         raise ValueError(f"row {i}: missing reward_model.ground_truth.target") from e
     return [target] if isinstance(target, str) else [str(t) for t in target]
+
+
+class _LogprobTrack:
+    """The sampling engine's log-probs of each generated turn, aligned to the final response.
+
+    The rules may cut a turn (no room left) or drop a refused one (forced answer), so the
+    turns' log-probs are placed where their tokens ended up: a turn generated when the
+    response held `start` tokens covers positions start.., kept while the token there is
+    the policy's and the same id; a later turn at the same place overrides an earlier one."""
+
+    def __init__(self, episodes: list[Episode]):
+        self.turns: dict[int, list[tuple[int, list[int], list[float]]]] = {id(e): [] for e in episodes}
+
+    def record(self, ep: Episode, out) -> None:
+        if out.logprobs is None or len(out.logprobs) != len(out.token_ids):
+            raise ValueError("sampling.return_logprobs is set but the engine returned "
+                             f"{None if out.logprobs is None else len(out.logprobs)} log-probs for "
+                             f"{len(out.token_ids)} tokens")
+        self.turns[id(ep)].append((len(ep.response_ids), list(out.token_ids), list(out.logprobs)))
+
+    def aligned(self, ep: Episode) -> list[float]:
+        lp = [0.0] * len(ep.response_ids)  # environment tokens: 0 (masked out of every loss)
+        for start, ids, lps in self.turns[id(ep)]:
+            for j, (t, x) in enumerate(zip(ids, lps)):
+                i = start + j
+                if i >= len(lp) or ep.response_mask[i] != 1 or ep.response_ids[i] != t:
+                    break
+                lp[i] = x
+        return lp
