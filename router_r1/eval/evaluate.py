@@ -53,6 +53,7 @@ from router_r1.protocol import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.qa_em import extract_answer
 from router_r1.reward.score import RewardConfig, compute_scores
+from router_r1.row_check import check_router_row
 from verl.trainer.dataset import eval_batches
 
 # torch and transformers are imported inside the functions that need them, so that bad
@@ -141,10 +142,11 @@ def _row(rec: dict, where: str, fallback_uid: str) -> EvalRow:
     source = rec.get("data_source")
     if not isinstance(source, str) or not source:
         raise EvalError(f"{where}: field 'data_source' must be a non-empty string")
-    target = ((rec.get("reward_model") or {}).get("ground_truth") or {}).get("target")
+    problem = check_router_row(rec)  # the trainer's load-time check: golds present, non-empty, normalisable
+    if problem:
+        raise EvalError(f"{where}: {problem}")
+    target = rec["reward_model"]["ground_truth"]["target"]
     golds = [target] if isinstance(target, str) else target
-    if not isinstance(golds, list) or not golds or not all(isinstance(g, str) for g in golds):
-        raise EvalError(f"{where}: field 'reward_model.ground_truth.target' must be a non-empty list of strings")
     messages = rec.get("prompt")
     if not isinstance(messages, list) or not messages or not all(
             isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in messages):

@@ -35,6 +35,7 @@ from router_r1.protocol import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.format import FORMAT_RULES
 from router_r1.reward.score import RewardConfig, compute_scores
+from router_r1.row_check import check_router_row
 from router_r1.rollout.episode import Episode, TurnRules
 from verl.trainer.env import GenerateFn, RolloutResult
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
@@ -69,6 +70,8 @@ class RouterConfig:
 
 class RouterEnv:
     """The routing environment behind the engine's Env interface."""
+
+    check_row = staticmethod(check_router_row)  # PromptDataset's row_check: every row, at load time
 
     def __init__(self, cfg: RouterConfig, tokenizer, registry: ModelRegistry, client: PoolClient,
                  reward: RewardConfig):

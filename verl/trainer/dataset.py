@@ -2,6 +2,8 @@
 
 A row needs a `prompt` column of chat messages (list of {role, content}); every other
 column travels with the row as a non-tensor field (data_source, reward_model, ...).
+The environment may pass `row_check` (fields -> problem or None; RouterEnv.check_row):
+every row is checked when the file is loaded, and bad rows are named by file and row.
 The batch for training step s is a pure function of (seed, s), so a resumed run sees
 exactly the data order of an uninterrupted one.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -36,11 +39,31 @@ class PromptRow:
     fields: dict
 
 
+RowCheck = Callable[[dict], "str | None"]  # a row's fields -> why it cannot be used, or None
+MAX_LISTED = 5  # bad rows quoted in one error
+
+
+def message_problem(messages) -> str | None:
+    """Why `messages` is not a non-empty list of {role: str, content: str}, or None."""
+    if not isinstance(messages, list) or not messages:
+        return "must be a non-empty list of chat messages"
+    for k, m in enumerate(messages):
+        if not isinstance(m, dict):
+            return f"message {k} is a {type(m).__name__}, not a {{role, content}} mapping"
+        for key in ("role", "content"):
+            if not isinstance(m.get(key), str):  # parquet fills a key absent from one row with None
+                return f"message {k} has no string {key!r} (got {m.get(key)!r})"
+        if not m["role"]:
+            return f"message {k} has an empty 'role'"
+    return None
+
+
 class PromptDataset:
     """Tokenised prompts; `truncation` is "error" (default), "left" or "skip" for long ones."""
 
     def __init__(self, files: str | list[str], tokenizer, prompt_key: str = "prompt",
-                 max_prompt_length: int = 4096, truncation: str = "error", limit: int | None = None):
+                 max_prompt_length: int = 4096, truncation: str = "error", limit: int | None = None,
+                 row_check: RowCheck | None = None):
         import pandas as pd
 
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
@@ -48,7 +71,10 @@ class PromptDataset:
             raise ValueError(f"truncation must be error|left|skip, got {truncation!r}")
         self.rows: list[PromptRow] = []
         self.skipped = 0
+        bad: list[str] = []  # "FILE: row I: problem", every bad row of every file
         for file in files:
+            if limit is not None and len(self.rows) >= limit:
+                break
             path = Path(file)
             if not path.is_file():
                 raise DataError(f"{path}: data file not found")
@@ -61,9 +87,13 @@ class PromptDataset:
             for i, record in enumerate(frame.to_dict("records")):
                 record = {k: to_python(v) for k, v in record.items()}
                 messages = record.pop(prompt_key)
-                if not isinstance(messages, list) or not messages or not all(
-                        isinstance(m, dict) and "role" in m and "content" in m for m in messages):
-                    raise DataError(f"{path}: row {i}: {prompt_key!r} must be a non-empty list of chat messages")
+                problem = message_problem(messages)
+                problem = f"{prompt_key!r} {problem}" if problem else row_check and row_check(record)
+                if problem:
+                    bad.append(f"{path}: row {i}: {problem}")
+                    continue
+                if bad:  # keep checking the rest, but stop tokenising: the load fails anyway
+                    continue
                 text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
                 ids = tokenizer(text, add_special_tokens=False)["input_ids"]
                 if len(ids) > max_prompt_length:
@@ -79,6 +109,9 @@ class PromptDataset:
                 self.rows.append(PromptRow(ids, uid, record))
                 if limit is not None and len(self.rows) >= limit:
                     break
+        if bad:
+            more = f"\n  ... and {len(bad) - MAX_LISTED} more" if len(bad) > MAX_LISTED else ""
+            raise DataError(f"{len(bad)} bad row(s):\n  " + "\n  ".join(bad[:MAX_LISTED]) + more)
         if not self.rows:
             raise DataError(f"{', '.join(map(str, files))}: no usable rows")
         uids = [r.uid for r in self.rows]

@@ -46,6 +46,9 @@ class Env(Protocol):
 
     def load_state_dict(self, state: dict) -> None: ...
 
+    # Optional: `check_row(fields) -> str | None`, why a data row cannot be used; PromptDataset
+    # runs it on every row at load time (main_ppo passes it when the env has one).
+
 
 def load_env(factory: str, env_cfg: Any, tokenizer) -> Env:
     """Import "package.module:function" and call it with (env_cfg, tokenizer)."""

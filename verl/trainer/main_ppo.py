@@ -127,11 +127,12 @@ def run(cfg: DictConfig) -> dict:
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     tokenizer = load_tokenizer(cfg.model.tokenizer)
     d = cfg.data
-    train = PromptDataset(list(d.train_files), tokenizer, d.prompt_key, d.max_prompt_length, d.truncation,
-                          limit=d.train_limit)
-    val = PromptDataset(list(d.val_files), tokenizer, d.prompt_key, d.max_prompt_length, d.truncation,
-                        limit=d.val_limit) if d.val_files else None
     env = load_env(cfg.env.factory, cfg.env, tokenizer)
+    check = getattr(env, "check_row", None)  # the environment's row validation, run while loading
+    train = PromptDataset(list(d.train_files), tokenizer, d.prompt_key, d.max_prompt_length, d.truncation,
+                          limit=d.train_limit, row_check=check)
+    val = PromptDataset(list(d.val_files), tokenizer, d.prompt_key, d.max_prompt_length, d.truncation,
+                        limit=d.val_limit, row_check=check) if d.val_files else None
     backend = pick_backend(cfg)
     groups, dist = build_groups(cfg, tokenizer, backend)
     is_main = dist is None or dist.rank == 0
