@@ -56,6 +56,12 @@ class ScriptedServer:
                 await asyncio.sleep(30)  # cancelled when the client gives up (handler_cancellation)
             if model == "garbage":
                 return web.Response(text="<html>not json", content_type="application/json")
+            if model == "surrogate":  # valid JSON holding lone UTF-16 surrogates (and a good pair)
+                body = ('{"id": "x", "object": "chat.completion", "created": 0, "model": "surrogate", "choices": '
+                        '[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": '
+                        '"Paris \\ud800 is \\udfff\\ud83d\\ude00 <answer>x</answer>"}}], '
+                        '"usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}')
+                return web.Response(text=body, content_type="application/json")
             reply = {"id": "x", "object": "chat.completion", "created": 0, "model": model,
                      "choices": [{"index": 0, "finish_reason": "stop",
                                   "message": {"role": "assistant", "content": f"echo:{query}"}}]}
@@ -93,7 +99,7 @@ def _error(status: int, message: str, headers: dict | None = None) -> web.Respon
                              status=status, headers=headers)
 
 
-MODELS = ["echo", "slow", "flaky", "limited", "down", "missing", "hang", "garbage", "nousage"]
+MODELS = ["echo", "slow", "flaky", "limited", "down", "missing", "hang", "garbage", "nousage", "surrogate"]
 
 
 def make_registry(url: str) -> ModelRegistry:
@@ -318,3 +324,25 @@ def test_bug_in_our_code_surfaces(server):
     with fast_client(server, messages_fn=broken_messages) as client:
         with pytest.raises(AttributeError):
             client.route([RouteRequest("Echo-Model", "q")])
+
+
+def test_lone_surrogates_in_a_reply_are_cleaned_where_they_enter(server, tmp_path):
+    from router_r1.eval.report import write_jsonl
+    from router_r1.rollout.episode import Episode, TurnRules
+    from tiny import tiny_tokenizer
+
+    with fast_client(server, cache_dir=str(tmp_path / "cache")) as client:
+        r, = client.route([RouteRequest("Surrogate-Model", "capital of France?")])
+        cached, = client.route([RouteRequest("Surrogate-Model", "capital of France?")])
+    assert r.ok and r.text == "Paris \ufffd is \ufffd\U0001F600 <answer>x</answer>"  # the good pair kept
+    assert cached.cached and cached.text == r.text
+    r.text.encode("utf-8")  # strict: raises on a surrogate
+    # what crashed before: the rollout's tokenizer (via after_pool) and the evaluation report
+    tok = tiny_tokenizer()
+    rules = TurnRules(tok, make_registry(server.url), max_turns=2, max_obs_length=64, max_response_length=512)
+    ep = Episode(prompt_ids=[1])
+    ep.turns.append({})
+    rules.after_pool(ep, r)
+    assert "Paris" in ep.text and ep.response_ids
+    write_jsonl(tmp_path / "t.jsonl", [{"text": ep.text, "turns": ep.turns}])
+    assert "\ufffd" in (tmp_path / "t.jsonl").read_text(encoding="utf-8")

@@ -244,7 +244,7 @@ def test_fault_config_and_cli_reject_bad_settings():
         FaultConfig(error_rate=0.6, rate_limit_rate=0.6)
     with pytest.raises(ValueError, match="slow_rate"):
         FaultConfig(slow_rate=-0.1)
-    with pytest.raises(SystemExit, match="API_ID=DIR"):
+    with pytest.raises(SystemExit, match="API_ID=PATH"):
         main(["--backend", "hf", "--hf-model", "no-equals-sign"])
     with pytest.raises(SystemExit, match="sum"):
         main(["--error-rate", "0.7", "--timeout-rate", "0.7"])
@@ -316,3 +316,53 @@ def test_cli_refuses_a_missing_token_variable():
                            "--port", "0"], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "POOL_TEST_TOKEN_UNSET" in proc.stderr
+
+
+# ---- hostile requests (issue 16): each a clear 4xx, never a 500, a traceback or a held connection
+
+@pytest.mark.parametrize("payload, param", [
+    (b"[" * 100_000 + b"]" * 100_000, None),  # nesting deeper than the JSON parser's recursion limit
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10**400}, "max_tokens"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "seed": 10**400}, "seed"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "seed": -(10**400)}, "seed"),
+])
+def test_hostile_bodies_are_a_400(backend, payload, param, caplog):
+    async def go(url):
+        async with aiohttp.ClientSession() as s:
+            data = payload if isinstance(payload, bytes) else __import__("json").dumps(payload).encode()
+            return await _post(s, url, data=data, headers={"Content-Type": "application/json"})
+    with ServerThread(backend) as srv:
+        status, body, _ = _run(go(srv.url))
+    assert status == 400 and body["error"]["param"] == param, body
+    assert not [r for r in caplog.records if r.exc_info]  # no logged traceback
+
+
+def test_a_body_that_never_arrives_does_not_hold_the_connection(backend):
+    async def go(port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 900000\r\n\r\n{\"model\":")  # announces 900 kB, sends 9 bytes
+        await writer.drain()
+        t0 = time.monotonic()
+        head = await asyncio.wait_for(reader.read(200), 10.0)
+        writer.close()
+        return head, time.monotonic() - t0
+    from router_r1.pool.server import ServerSettings
+    with ServerThread(backend, settings=ServerSettings(read_timeout_s=0.5)) as srv:
+        head, waited = _run(go(srv.port))
+    assert head.startswith(b"HTTP/1.1 408"), head
+    assert waited < 5.0
+
+
+def test_an_announced_body_over_the_size_limit_is_refused_at_once(backend):
+    async def go(port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100000000000\r\n\r\n{")
+        await writer.drain()
+        head = await asyncio.wait_for(reader.read(200), 10.0)
+        writer.close()
+        return head
+    with ServerThread(backend) as srv:
+        head = _run(go(srv.port))
+    assert head.startswith(b"HTTP/1.1 413"), head

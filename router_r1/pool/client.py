@@ -25,6 +25,7 @@ import email.utils
 import json
 import logging
 import random
+import re
 import threading
 import time
 import weakref
@@ -119,6 +120,15 @@ def classify(exc: BaseException) -> str:
     return "bad_response"  # APIResponseValidationError and other malformed replies
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """Pool text as valid Unicode: a lone UTF-16 surrogate (valid JSON `"\\ud800"`, but no character)
+    becomes U+FFFD, so tokenizers, UTF-8 files and the report never meet it."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
 def _parse_completion(resp: object) -> tuple[str, int, int, bool] | None:
     """(text, prompt_tokens, completion_tokens, had_usage) from a ChatCompletion, None if malformed."""
     choices = getattr(resp, "choices", None)
@@ -128,6 +138,7 @@ def _parse_completion(resp: object) -> tuple[str, int, int, bool] | None:
     text = getattr(message, "content", None)
     if not isinstance(text, str):
         return None
+    text = clean_text(text)
     usage = getattr(resp, "usage", None)
     if usage is None:
         return text, 0, 0, False

@@ -1,75 +1,238 @@
-"""Local transformers models as a pool back end (chat template + generate).
+"""Local transformers models as a pool back end, with dynamic batching.
 
-One request at a time per backend: generation runs in a worker thread so the server's
-event loop stays responsive, and a lock keeps the seeded RNG and the model's memory
-use predictable. Good for small local pools and tests, not for throughput.
+Concurrent requests for one model are gathered for up to `batch_window_s` (or until
+`max_batch_size` are waiting) and decoded together in one left-padded `generate` call.
+Greedy requests give the same text batched as alone; a request with a seed is decoded
+alone, so its seeded sampling stays reproducible. Generation runs in a worker thread (the
+server's event loop stays responsive) and one batch runs at a time on the device.
+
+The queue is bounded: with `max_queue` requests of a model already waiting, `complete`
+raises `Overloaded` (the server answers 429 with a Retry-After estimate), so a burst gets
+a clear answer to back off on instead of timing out in a queue nobody can see.
+
+A model is a directory (`save_pretrained` layout), a `.gguf` file (dequantised by
+transformers, the tokenizer checked as the policy's is), or an in-memory (model, tokenizer).
 """
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import os
 import threading
+import time
+from dataclasses import dataclass, field
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+from router_r1.pool.server import Overloaded
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    temperature: float
+    max_tokens: int
+    seed: int | None
+    future: asyncio.Future
+    queued_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Completion:
+    """One answered request, with where its time went."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    queue_s: float  # waiting for a batch slot
+    compute_s: float  # the batch's generate call
+    batch_size: int
+
+
+def load_model_and_tokenizer(src, dtype: torch.dtype | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A directory or a .gguf file -> (model, tokenizer); ValueError names the path when it is neither."""
+    from verl.utils.tokenizer import load_tokenizer
+
+    src = os.fspath(src)
+    if src.endswith(".gguf"):
+        if not os.path.isfile(src):
+            raise ValueError(f"{src}: GGUF file not found")
+        from verl.workers.model_loader import load_model
+
+        tok = load_tokenizer(src)  # refuses a vocabulary transformers converted unsoundly
+        model = load_model(src, dtype or torch.float32, role="rollout")
+        return model, tok
+    if not os.path.isdir(src):
+        raise ValueError(f"{src} is not a directory or a .gguf file")
+    tok = load_tokenizer(src)
+    model = AutoModelForCausalLM.from_pretrained(src, **({"dtype": dtype} if dtype else {}))
+    return model, tok
+
 
 class HFBackend:
-    """{api_id: model dir or (model, tokenizer)} served through each tokenizer's chat template."""
+    """{api_id: model dir, .gguf file or (model, tokenizer)} served through each tokenizer's chat template."""
 
-    def __init__(self, models: dict, device: str = "cpu", dtype: torch.dtype | None = None):
+    def __init__(self, models: dict, device: str = "cpu", dtype: torch.dtype | None = None,
+                 max_batch_size: int = 8, batch_window_s: float = 0.02, max_queue: int = 256):
         if not models:
             raise ValueError("HFBackend: no models given")
+        if max_batch_size < 1 or max_queue < 1 or batch_window_s < 0:
+            raise ValueError(f"HFBackend: max_batch_size and max_queue must be >= 1 and batch_window_s >= 0, got "
+                             f"{max_batch_size}, {max_queue}, {batch_window_s}")
         self.device = torch.device(device)
+        self.max_batch_size, self.batch_window_s, self.max_queue = max_batch_size, batch_window_s, max_queue
         self._models: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}
         for api_id, src in models.items():
             if isinstance(src, tuple):
                 model, tok = src
             elif isinstance(src, (str, os.PathLike)):
-                if not os.path.isdir(src):
-                    raise ValueError(f"HFBackend: model {api_id!r}: {src} is not a directory")
-                tok = AutoTokenizer.from_pretrained(src)
-                model = AutoModelForCausalLM.from_pretrained(src, **({"dtype": dtype} if dtype else {}))
+                try:
+                    model, tok = load_model_and_tokenizer(src, dtype)
+                except ValueError as e:
+                    raise ValueError(f"HFBackend: model {api_id!r}: {e}") from e
             else:
-                raise ValueError(f"HFBackend: model {api_id!r}: expected a directory or (model, tokenizer), "
-                                 f"got {type(src).__name__}")
+                raise ValueError(f"HFBackend: model {api_id!r}: expected a directory, a .gguf file or "
+                                 f"(model, tokenizer), got {type(src).__name__}")
             if not getattr(tok, "chat_template", None):
                 raise ValueError(f"HFBackend: model {api_id!r}: the tokenizer has no chat_template")
             self._models[api_id] = (model.to(self.device).eval(), tok)
-        self._lock = threading.Lock()
+        self._device_lock = threading.Lock()  # one batch on the device at a time
+        self._queues: dict[str, list[_Request]] = {m: [] for m in self._models}
+        self._wakeups: dict[str, asyncio.Event] = {}
+        self._workers: dict[str, asyncio.Task] = {}
+        self._batch_s = 1.0  # running mean of a batch's duration, for Retry-After
 
     def model_ids(self) -> list[str]:
         return list(self._models)
 
+    def prompt_ids(self, api_id: str, messages: list[dict]) -> list[int]:
+        tok = self._models[api_id][1]
+        prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tok(prompt, add_special_tokens=False)["input_ids"]
+
     async def complete(self, api_id: str, messages: list[dict], temperature: float, max_tokens: int,
                        seed: int | None) -> tuple[str, int, int]:
-        """Greedy when temperature == 0, else sampled (seeded if `seed` is given)."""
-        return await asyncio.to_thread(self.generate, api_id, messages, temperature, max_tokens, seed)
+        """(text, prompt_tokens, completion_tokens); greedy when temperature == 0."""
+        done = await self.submit(api_id, messages, temperature, max_tokens, seed)
+        return done.text, done.prompt_tokens, done.completion_tokens
+
+    async def submit(self, api_id: str, messages: list[dict], temperature: float, max_tokens: int,
+                     seed: int | None) -> Completion:
+        """Queue one request for the next batch of its model; Overloaded when the queue is full."""
+        queue = self._queues[api_id]
+        if len(queue) >= self.max_queue:
+            batches_ahead = math.ceil(len(queue) / self.max_batch_size)
+            raise Overloaded(f"model {api_id!r}: {len(queue)} requests queued (server max_queue {self.max_queue})",
+                             retry_after_s=min(60.0, max(1.0, batches_ahead * self._batch_s)))
+        loop = asyncio.get_running_loop()
+        req = _Request(self.prompt_ids(api_id, messages), temperature, max_tokens, seed, loop.create_future())
+        queue.append(req)
+        self._worker(api_id).set()
+        return await req.future
+
+    def _worker(self, api_id: str) -> asyncio.Event:
+        """The model's batching task on the running loop (started on first use); returns its wake-up event."""
+        task = self._workers.get(api_id)
+        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            self._wakeups[api_id] = asyncio.Event()
+            self._workers[api_id] = asyncio.get_running_loop().create_task(self._serve(api_id))
+        return self._wakeups[api_id]
+
+    async def _serve(self, api_id: str) -> None:
+        queue, wake = self._queues[api_id], self._wakeups[api_id]
+        while True:
+            while not queue:
+                wake.clear()
+                await wake.wait()
+            # a short window lets a burst gather into one batch; a full batch goes at once
+            deadline = time.monotonic() + self.batch_window_s
+            while len(queue) < self.max_batch_size and time.monotonic() < deadline:
+                await asyncio.sleep(min(0.002, max(0.0, deadline - time.monotonic())))
+            batch = self._take_batch(queue)
+            if not batch:
+                continue
+            t0 = time.monotonic()
+            try:
+                outs = await asyncio.to_thread(self._generate, api_id, batch)
+            except Exception as e:  # the server turns it into a 500 for each request of the batch
+                for r in batch:
+                    if not r.future.done():
+                        r.future.set_exception(e)
+                continue
+            compute = time.monotonic() - t0
+            self._batch_s = 0.8 * self._batch_s + 0.2 * compute
+            for r, (text, n_new) in zip(batch, outs):
+                if not r.future.done():  # its client may have gone
+                    r.future.set_result(Completion(text, len(r.prompt_ids), n_new, t0 - r.queued_at, compute,
+                                                   len(batch)))
+
+    async def aclose(self) -> None:
+        """Stop the batching tasks of the running loop (the server calls this on shutdown)."""
+        loop = asyncio.get_running_loop()
+        for api_id, task in list(self._workers.items()):
+            if task.get_loop() is loop and not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+            self._workers.pop(api_id, None)
+
+    def _take_batch(self, queue: list[_Request]) -> list[_Request]:
+        """Up to max_batch_size live requests that can share one generate call (same sampling, no seed)."""
+        queue[:] = [r for r in queue if not r.future.done()]  # cancelled by a client that gave up
+        if not queue:
+            return []
+        first = queue[0]
+        if first.seed is not None:  # seeded sampling: alone, so the seed means what it says
+            batch = [first]
+        else:
+            batch = [r for r in queue if r.seed is None and r.temperature == first.temperature][:self.max_batch_size]
+        taken = {id(r) for r in batch}
+        queue[:] = [r for r in queue if id(r) not in taken]
+        return batch
 
     @torch.no_grad()
-    def generate(self, api_id: str, messages: list[dict], temperature: float, max_tokens: int,
-                 seed: int | None = None) -> tuple[str, int, int]:
-        """(text, prompt_tokens, completion_tokens); the end-of-sequence token is not counted."""
+    def _generate(self, api_id: str, batch: list[_Request]) -> list[tuple[str, int]]:
+        """One left-padded generate call for the batch; (text, new tokens) per request, EOS not counted."""
         model, tok = self._models[api_id]
-        prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        enc = tok(prompt, return_tensors="pt", add_special_tokens=False).to(self.device)
-        prompt_len = enc["input_ids"].shape[1]
         eos = model.generation_config.eos_token_id
         if eos is None:
             eos = tok.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos_ids), 0)
-        kwargs = dict(max_new_tokens=max_tokens, pad_token_id=pad)
+        width = max(len(r.prompt_ids) for r in batch)
+        ids = torch.tensor([[pad] * (width - len(r.prompt_ids)) + r.prompt_ids for r in batch],
+                           device=self.device)  # (batch, width)
+        mask = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in batch],
+                            device=self.device)  # (batch, width)
+        temperature = batch[0].temperature
+        kwargs = dict(max_new_tokens=max(r.max_tokens for r in batch), pad_token_id=pad)
         if temperature > 0:
             kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
         else:
             kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
-        with self._lock, torch.random.fork_rng(devices=[] if self.device.type == "cpu" else [self.device]):
-            if seed is not None:
-                torch.manual_seed(seed)
-            out = model.generate(**enc, **kwargs)  # (1, prompt_len + new_len)
-        new = out[0, prompt_len:].tolist()  # (new_len,)
-        for i, t in enumerate(new):
-            if t in eos_ids:
-                new = new[:i]
-                break
-        return tok.decode(new, skip_special_tokens=True), prompt_len, len(new)
+        with self._device_lock, torch.random.fork_rng(devices=[] if self.device.type == "cpu" else [self.device]):
+            if batch[0].seed is not None:
+                torch.manual_seed(batch[0].seed)
+            out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)  # (batch, width + new)
+        results = []
+        for r, row in zip(batch, out[:, width:].tolist()):
+            new = row[: r.max_tokens]  # a longer neighbour does not lengthen this reply
+            for i, t in enumerate(new):
+                if t in eos_ids:
+                    new = new[:i]
+                    break
+            results.append((tok.decode(new, skip_special_tokens=True), len(new)))
+        return results
+
+    def generate(self, api_id: str, messages: list[dict], temperature: float, max_tokens: int,
+                 seed: int | None = None) -> tuple[str, int, int]:
+        """One request alone, synchronously (no queue): the reference the batched path must match."""
+        req = _Request(self.prompt_ids(api_id, messages), temperature, max_tokens, seed, future=None)
+        (text, n_new), = self._generate(api_id, [req])
+        return text, len(req.prompt_ids), n_new

@@ -2,10 +2,19 @@
 
     python -m router_r1.pool.server --backend sim --pool configs/pool/sim.yaml --port 8000
 
+    python -m router_r1.pool.server --backend hf --hf-model SmolLM2=SmolLM2-135M-Instruct.Q4_1.gguf --port 8000
+
 Serves `GET /v1/models` and `POST /v1/chat/completions`. Faults (HTTP 500, 429 with
 Retry-After, hangs, slow replies) are drawn from a seeded RNG per request, so a client's
 retry logic can be tested against a known mix. ServerThread runs the app in a
 background thread for tests and benchmarks.
+
+Hostile requests get a 4xx, never a 500: a body that is not JSON or nests too deeply
+(400), numbers past their bounds (400), a body larger than `max_body_bytes` (413, at once
+when its Content-Length says so), a body that does not arrive within `read_timeout_s`
+(408). A back end that is full (the hf back end's bounded queue) gives 429 with
+Retry-After. Each answered request is logged with its latency, also sent back in the
+`X-Latency-S` response header.
 """
 from __future__ import annotations
 
@@ -14,6 +23,7 @@ import asyncio
 import hmac
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -29,11 +39,14 @@ from aiohttp import web
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import DEFAULT_ENTITIES, SimWorld
 
-__all__ = ["Backend", "FaultConfig", "ServerThread", "SimBackend", "make_app", "main"]
+__all__ = ["Backend", "FaultConfig", "Overloaded", "ServerSettings", "ServerThread", "SimBackend", "make_app",
+           "main"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 4096  # when a request gives none
+MAX_TOKENS_LIMIT = 1 << 20  # larger asks are refused (400): no model here writes a million tokens
+SEED_LIMIT = 1 << 63  # |seed| below this (torch.manual_seed takes 64 bits)
 ROLES = ("system", "user", "assistant", "developer", "tool")
 
 
@@ -87,6 +100,27 @@ class FaultConfig:
         return draw
 
 
+@dataclass
+class ServerSettings:
+    """Limits on what one request may hold."""
+
+    read_timeout_s: float = 30.0  # a body not received within this gets 408 and the connection is freed
+    max_body_bytes: int = 4 << 20  # 413 above this (a routed sub-question is a few kB)
+
+    def __post_init__(self):
+        if not self.read_timeout_s > 0 or self.max_body_bytes < 1:
+            raise ValueError(f"ServerSettings: read_timeout_s must be > 0 and max_body_bytes >= 1, got "
+                             f"{self.read_timeout_s}, {self.max_body_bytes}")
+
+
+class Overloaded(Exception):
+    """A back end's queue is full: the server answers 429 with Retry-After `retry_after_s`."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class BadRequest(Exception):
     def __init__(self, message: str, param: str | None = None):
         super().__init__(message)
@@ -135,11 +169,11 @@ def parse_chat_request(body: object) -> ChatRequest:
     max_tokens = body.get(key)
     if max_tokens is None:
         max_tokens = DEFAULT_MAX_TOKENS
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise BadRequest(f"'{key}' must be an integer >= 1", key)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS_LIMIT:
+        raise BadRequest(f"'{key}' must be an integer in [1, {MAX_TOKENS_LIMIT}]", key)
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise BadRequest("'seed' must be an integer", "seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -SEED_LIMIT < seed < SEED_LIMIT):
+        raise BadRequest("'seed' must be an integer with |seed| < 2**63", "seed")
     return ChatRequest(model, clean, float(temperature), max_tokens, seed)
 
 
@@ -153,9 +187,11 @@ def _content_text(content: object, i: int) -> str:
     raise BadRequest(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
 
 
-def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | None = None) -> web.Application:
+def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | None = None,
+             settings: ServerSettings | None = None) -> web.Application:
     """The aiohttp application serving `backend` under /v1."""
     faults = faults or FaultConfig()
+    settings = settings or ServerSettings()
     draw = faults.drawer()
     model_ids = set(backend.model_ids())
     closing = asyncio.Event()  # set on shutdown so hanging requests end at once
@@ -173,11 +209,30 @@ def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | N
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "router-r1"} for m in backend.model_ids()]
         return web.json_response({"object": "list", "data": data})
 
-    async def chat(request: web.Request) -> web.Response:
+    async def read_body(request: web.Request) -> bytes | web.Response:
+        if request.content_length is not None and request.content_length > settings.max_body_bytes:
+            return error_response(413, f"request body of {request.content_length} bytes is over the server's "
+                                       f"limit of {settings.max_body_bytes}", "invalid_request_error")
         try:
-            body = json.loads(await request.read())
+            return await asyncio.wait_for(request.read(), settings.read_timeout_s)
+        except asyncio.TimeoutError:
+            return error_response(408, f"request body not received within {settings.read_timeout_s:g} s",
+                                  "invalid_request_error", headers={"Connection": "close"})
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(413, f"request body is over the server's limit of {settings.max_body_bytes} "
+                                       "bytes", "invalid_request_error")
+
+    async def chat(request: web.Request) -> web.Response:
+        t0 = time.monotonic()
+        raw = await read_body(request)
+        if isinstance(raw, web.Response):
+            return raw
+        try:
+            body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return error_response(400, "request body is not valid JSON", "invalid_request_error")
+        except RecursionError:
+            return error_response(400, "request body nests too deeply", "invalid_request_error")
         try:
             req = parse_chat_request(body)
         except BadRequest as e:
@@ -202,10 +257,17 @@ def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | N
         try:
             text, prompt_tokens, completion_tokens = await backend.complete(
                 req.model, req.messages, req.temperature, req.max_tokens, req.seed)
+        except Overloaded as e:
+            log.info("%s: 429 (%s)", req.model, e)
+            return error_response(429, str(e), "rate_limit_error", code="rate_limit_exceeded",
+                                  headers={"Retry-After": f"{math.ceil(e.retry_after_s):d}"})
         except Exception as e:  # a backend bug is the server's error, not the client's
             log.exception("backend failed on model %s", req.model)
             return error_response(500, f"backend error: {type(e).__name__}", "server_error")
-        return web.json_response({
+        latency = time.monotonic() - t0
+        log.info("%s: 200 in %.3f s, %d prompt + %d completion tokens", req.model, latency, prompt_tokens,
+                 completion_tokens)
+        return web.json_response(headers={"X-Latency-S": f"{latency:.4f}"}, data={
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -223,8 +285,12 @@ def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | N
 
     async def on_shutdown(app: web.Application) -> None:
         closing.set()
+        aclose = getattr(backend, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
-    app = web.Application(middlewares=[auth])
+    # the size limit is ours (read_body); aiohttp's own would answer a bigger body with its own page
+    app = web.Application(middlewares=[auth], client_max_size=settings.max_body_bytes)
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/chat/completions", chat)
     app.on_shutdown.append(on_shutdown)
@@ -245,9 +311,9 @@ class ServerThread:
     """Context manager running the pool server in a background thread with its own event loop."""
 
     def __init__(self, backend: Backend, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 faults: FaultConfig | None = None):
+                 faults: FaultConfig | None = None, settings: ServerSettings | None = None):
         self.backend, self.host, self.port = backend, host, port
-        self._token, self._faults = token, faults
+        self._token, self._faults, self._settings = token, faults, settings
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -282,7 +348,7 @@ class ServerThread:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        app = make_app(self.backend, self._token, self._faults)
+        app = make_app(self.backend, self._token, self._faults, self._settings)
         runner, self.port = await start_site(app, self.host, self.port)
         self._ready.set()
         try:
@@ -315,8 +381,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
                    help="entities per type of the simulated world (sim backend; the data must use the same)")
     p.add_argument("--latency-scale", type=float, default=1.0, help="0 = answer at once (sim backend)")
-    p.add_argument("--hf-model", action="append", default=[], metavar="API_ID=DIR", help="repeatable (hf backend)")
+    p.add_argument("--hf-model", action="append", default=[], metavar="API_ID=PATH",
+                   help="a model directory or a .gguf file, served as API_ID; repeatable (hf backend)")
     p.add_argument("--device", default="cpu", help="torch device (hf backend)")
+    p.add_argument("--max-batch-size", type=int, default=8, help="requests decoded together per model (hf backend)")
+    p.add_argument("--batch-window-s", type=float, default=0.02,
+                   help="how long a first request waits for others to join its batch (hf backend)")
+    p.add_argument("--max-queue", type=int, default=256,
+                   help="requests waiting per model before the server answers 429 + Retry-After (hf backend)")
+    p.add_argument("--read-timeout-s", type=float, default=30.0, help="a request body must arrive within this")
     p.add_argument("--error-rate", type=float, default=0.0)
     p.add_argument("--rate-limit-rate", type=float, default=0.0)
     p.add_argument("--timeout-rate", type=float, default=0.0)
@@ -338,14 +411,19 @@ def _build_backend(args: argparse.Namespace) -> Backend:
     for item in args.hf_model:
         api_id, sep, path = item.partition("=")
         if not sep or not api_id or not path:
-            raise SystemExit(f"--hf-model {item!r}: expected API_ID=DIR")
+            raise SystemExit(f"--hf-model {item!r}: expected API_ID=PATH (a directory or a .gguf file)")
         models[api_id] = path
     from router_r1.pool.hf_backend import HFBackend  # torch/transformers only when asked for
-    return HFBackend(models, device=args.device)
+    try:
+        return HFBackend(models, device=args.device, max_batch_size=args.max_batch_size,
+                         batch_window_s=args.batch_window_s, max_queue=args.max_queue)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 async def _serve_forever(backend: Backend, args: argparse.Namespace, token: str | None, faults: FaultConfig) -> None:
-    runner, port = await start_site(make_app(backend, token, faults), args.host, args.port)
+    app = make_app(backend, token, faults, ServerSettings(read_timeout_s=args.read_timeout_s))
+    runner, port = await start_site(app, args.host, args.port)
     print(f"pool server listening on http://{args.host}:{port}/v1", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

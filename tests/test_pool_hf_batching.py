@@ -1,0 +1,110 @@
+"""The pool server's transformers back end: dynamic batching, the bounded queue, GGUF files."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+
+from router_r1.pool.client import PoolClient, RouteRequest
+from router_r1.pool.hf_backend import HFBackend
+from router_r1.pool.registry import ModelRegistry
+from router_r1.pool.server import ServerThread
+from router_r1.prompts import submodel_messages
+from tiny import tiny_model, tiny_tokenizer
+
+QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "Which river is the longest in Europe?",
+             "How many moons does Mars have?", "hi", "When does the train leave? At 10:30 in the morning, or later?"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = tiny_tokenizer()
+    return tiny_model(len(tok), seed=3), tok
+
+
+async def _post_all(url: str, bodies: list[dict]) -> list[tuple[int, dict, dict]]:
+    async def one(s, body):
+        async with s.post(f"{url}/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=60)) as r:
+            return r.status, await r.json(content_type=None), dict(r.headers)
+    async with aiohttp.ClientSession() as s:
+        return await asyncio.gather(*[one(s, b) for b in bodies])
+
+
+def test_concurrent_greedy_requests_are_batched_and_answer_as_one_at_a_time(tiny):
+    # prompts of different lengths (left padding) and different max_tokens in one batch
+    hf = HFBackend({"tiny": tiny}, max_batch_size=8, batch_window_s=0.5)
+    bodies = [{"model": "tiny", "messages": submodel_messages(q), "temperature": 0.0, "max_tokens": 5 + 3 * i}
+              for i, q in enumerate(QUESTIONS)]
+    alone = [hf.generate("tiny", b["messages"], 0.0, b["max_tokens"]) for b in bodies]
+
+    sizes = []
+
+    async def submit_all():
+        done = await asyncio.gather(*[hf.submit("tiny", b["messages"], 0.0, b["max_tokens"], None) for b in bodies])
+        await hf.aclose()
+        return done
+    done = asyncio.run(submit_all())
+    sizes = [d.batch_size for d in done]
+    assert max(sizes) == len(bodies)  # one batch held them all
+    assert [(d.text, d.prompt_tokens, d.completion_tokens) for d in done] == alone
+    assert any(n > 0 for _, _, n in alone) and len({t for t, _, _ in alone}) > 1  # real, differing replies
+
+    with ServerThread(hf) as srv:  # the same through HTTP, with the latency header
+        replies = asyncio.run(_post_all(srv.url, bodies))
+    for (status, body, headers), (text, pt, ct) in zip(replies, alone):
+        assert status == 200, body
+        assert body["choices"][0]["message"]["content"] == text
+        assert (body["usage"]["prompt_tokens"], body["usage"]["completion_tokens"]) == (pt, ct)
+        assert float(headers["X-Latency-S"]) > 0
+
+
+def test_a_seeded_request_is_decoded_alone_and_reproducibly(tiny):
+    hf = HFBackend({"tiny": tiny}, max_batch_size=8, batch_window_s=0.2)
+    msgs = submodel_messages("Who wrote Hamlet?")
+
+    async def go():
+        done = await asyncio.gather(*[hf.submit("tiny", msgs, 1.0, 12, 7) for _ in range(3)],
+                                    hf.submit("tiny", msgs, 0.0, 12, None))
+        await hf.aclose()
+        return done
+    done = asyncio.run(go())
+    assert [d.batch_size for d in done[:3]] == [1, 1, 1]
+    assert done[0].text == done[1].text == done[2].text == hf.generate("tiny", msgs, 1.0, 12, 7)[0]
+
+
+def test_a_full_queue_gives_429_with_retry_after_and_the_client_backs_off(tiny):
+    hf = HFBackend({"tiny": tiny}, max_batch_size=1, batch_window_s=0.0, max_queue=1)
+    body = {"model": "tiny", "messages": submodel_messages("hi"), "temperature": 0.0, "max_tokens": 40}
+    with ServerThread(hf) as srv:
+        statuses = asyncio.run(_post_all(srv.url, [body] * 6))
+        registry = ModelRegistry.from_dict({"defaults": {"base_url": srv.url, "api_key_env": "NO_SUCH_KEY_VAR",
+                                                         "price_out_per_m": 1.0, "max_tokens": 40},
+                                            "models": [{"name": "Tiny", "api_id": "tiny"}]})
+        client = PoolClient(registry, max_retries=6, backoff_base_s=0.05, backoff_max_s=2.0, timeout_s=30,
+                            deadline_s=60)
+        t0 = time.monotonic()
+        results = client.route([RouteRequest("Tiny", q) for q in QUESTIONS])
+        waited = time.monotonic() - t0
+        client.close()
+    refused = [(s, b, h) for s, b, h in statuses if s == 429]
+    assert refused and all(s in (200, 429) for s, _, _ in statuses)
+    assert all(int(h["Retry-After"]) >= 1 and b["error"]["type"] == "rate_limit_error" for _, b, h in refused)
+    # every call answered in the end; some only after waiting out a Retry-After
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert max(r.attempts for r in results) > 1 and waited >= 1.0
+
+
+def test_a_gguf_file_is_served(tmp_path, tiny):
+    pytest.importorskip("gguf")
+    from gguf_tiny import write_llama_gguf
+
+    model, tok = tiny
+    path = tmp_path / "tiny.gguf"
+    write_llama_gguf(path, model, tok)
+    from_gguf = HFBackend({"g": str(path)})
+    msgs = submodel_messages("What is the capital of France?")
+    assert from_gguf.generate("g", msgs, 0.0, 8) == HFBackend({"t": tiny}).generate("t", msgs, 0.0, 8)
+    with pytest.raises(ValueError, match="missing.gguf: GGUF file not found"):
+        HFBackend({"x": str(tmp_path / "missing.gguf")})
