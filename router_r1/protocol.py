@@ -114,6 +114,20 @@ def parse_action(turn_text: str, registry: ModelRegistry) -> Action:
     return Action("none")
 
 
+def clean_text(text: str) -> str:
+    """Replace lone UTF-16 surrogates (valid in JSON as "\\ud800", not encodable) by U+FFFD; pairs are joined.
+
+    Foreign text reaches the tokenizer and the JSONL dumps, and both refuse surrogates.
+    The pool client cleans replies where they enter; this keeps observation building safe
+    on its own.
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def neutralize_tags(text: str) -> str:
     """Make our tags inert in foreign text: "<answer>" -> "(answer)", "</ Think >" -> "(/think)"."""
     return _LOOSE_TAG.sub(lambda m: f"({m.group(1)}{m.group(2).lower()})", text)
@@ -143,7 +157,7 @@ def format_observation(
     count_tokens: Callable[[str], int] | None = None,
     truncate: Callable[[str, int], str] | None = None,
 ) -> str:
-    """Wrap a pool reply in `<information>`: tags neutralised, body cut to `max_tokens`.
+    """Wrap a pool reply in `<information>`: surrogates cleaned, tags neutralised, body cut to `max_tokens`.
 
     `max_tokens` bounds the reply text; the tags come on top, so the closing tag always
     survives. `count_tokens`/`truncate` (e.g. a tokenizer's) come as a pair; default
@@ -155,7 +169,7 @@ def format_observation(
         raise ValueError("format_observation: pass count_tokens and truncate together (or neither)")
     count_tokens = count_tokens or whitespace_count
     truncate = truncate or whitespace_truncate
-    body = NO_REPLY_TEXT if text is None else neutralize_tags(text)
+    body = NO_REPLY_TEXT if text is None else neutralize_tags(clean_text(text))
     if count_tokens(body) > max_tokens:
         # A tokenizer's decode cannot rebuild a tag from inert text, but re-check anyway.
         body = neutralize_tags(truncate(body, max_tokens))

@@ -1,50 +1,71 @@
-"""The gated reward: -1 broken format, 0 wrong answer, (1 - alpha) + alpha * R_cost right.
+"""The gated reward: -1 broken format, 0 wrong answer, (1 - alpha) * m + alpha * R_cost right.
 
-Every trajectory's cost is pushed into the normaliser, whatever its format or answer:
-the window then tracks what the policy actually spends, not only its successes.
+m is the answer metric (`reward_metric`): EM (0 or 1, the default) or the best token F1
+over the golds; "right" means m > 0, as in the reference's F1 mode. Every trajectory's
+cost is pushed into the normaliser, whatever its format or answer: the window then
+tracks what the policy actually spends, not only its successes.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from router_r1.pool.registry import ModelRegistry
 from router_r1.reward.cost import CostNormalizer
-from router_r1.reward.format import check_format
-from router_r1.reward.qa_em import em_score, extract_answer, f1_score
+from router_r1.reward.format import FORMAT_RULE_SETS, check_format
+from router_r1.reward.qa_em import em_score, extract_answer, f1_score, usable_golds
+
+logger = logging.getLogger(__name__)
+REWARD_METRICS = ("em", "f1")
 
 
 @dataclass
 class RewardConfig:
-    """alpha (cost_coe) trades accuracy for cost; 0 ignores cost."""
+    """How a trajectory is scored (the `env.alpha`, `env.format_rules`, `env.reward_metric` keys)."""
 
-    alpha: float = 0.0
+    alpha: float = 0.0  # cost_coe: trades accuracy for cost; 0 ignores cost
     format_penalty: float = -1.0
+    format_rules: str = "reference"  # reference | strict (reward/format.py says what each checks)
+    reward_metric: str = "em"  # em | f1: the answer metric the gate and the score use
 
     def __post_init__(self):
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"RewardConfig.alpha must be in [0, 1], got {self.alpha}")
+        if self.format_rules not in FORMAT_RULE_SETS:
+            raise ValueError(f"env.format_rules must be one of {'|'.join(FORMAT_RULE_SETS)}, "
+                             f"got {self.format_rules!r}")
+        if self.reward_metric not in REWARD_METRICS:
+            raise ValueError(f"env.reward_metric must be one of {'|'.join(REWARD_METRICS)}, "
+                             f"got {self.reward_metric!r}")
 
 
-def _judge(response: str, golds, route_count: int, registry: ModelRegistry) -> dict:
+def _judge(response: str, golds, route_count: int, registry: ModelRegistry, cfg: RewardConfig) -> dict:
     """Format and answer metrics; checked before the normaliser is touched, so bad input leaves it as it was."""
     if int(route_count) < 0:
         raise ValueError(f"route_count must be >= 0, got {route_count}")
-    golds = [golds] if isinstance(golds, str) else list(golds)
-    ok, reason = check_format(response, registry)
+    golds = usable_golds(golds)
+    ok, reason = check_format(response, registry, cfg.format_rules)
     pred = extract_answer(response)
     return {"em": em_score(pred, golds), "f1": f1_score(pred, golds), "format_ok": ok,
-            "format_reason": reason, "route_count": int(route_count)}
+            "format_reason": reason, "route_count": int(route_count), "gold_ok": bool(golds)}
 
 
 def _gate(m: dict, cost_usd: float, cost_reward: float, cfg: RewardConfig) -> tuple[float, dict]:
+    value = m[cfg.reward_metric]
     if not m["format_ok"]:
         score = cfg.format_penalty
-    elif m["em"] < 1.0:
+    elif value <= 0.0:
         score = 0.0
     else:
-        score = (1.0 - cfg.alpha) + cfg.alpha * cost_reward
+        score = (1.0 - cfg.alpha) * value + cfg.alpha * cost_reward
     return score, {**m, "cost_usd": float(cost_usd), "cost_reward": cost_reward, "score": score}
+
+
+def _warn_no_gold(judged: list[dict]) -> None:
+    if missing := sum(not m["gold_ok"] for m in judged):
+        logger.warning("reward: %d of %d trajectories have no usable gold answer (empty, None or "
+                       "normalising to nothing); scored as wrong", missing, len(judged))
 
 
 def compute_score(
@@ -58,7 +79,8 @@ def compute_score(
 ) -> tuple[float, dict]:
     """Score one decoded response; updates `normalizer` with its cost (its only side effect)."""
     cfg = cfg or RewardConfig()
-    m = _judge(response, golds, route_count, registry)
+    m = _judge(response, golds, route_count, registry, cfg)
+    _warn_no_gold([m])
     return _gate(m, cost_usd, normalizer.score(cost_usd), cfg)
 
 
@@ -77,7 +99,8 @@ def compute_scores(
         if len(seq) != n:
             raise ValueError(f"compute_scores: {field} has {len(seq)} entries, responses has {n}")
     cfg = cfg or RewardConfig()
-    judged = [_judge(r, g, k, registry) for r, g, k in zip(responses, golds, route_counts)]
+    judged = [_judge(r, g, k, registry, cfg) for r, g, k in zip(responses, golds, route_counts)]
+    _warn_no_gold(judged)
     cost_rewards = normalizer.score_batch(costs)
     out = [_gate(m, c, cr, cfg) for m, c, cr in zip(judged, costs, cost_rewards)]
     return [s for s, _ in out], [m for _, m in out]

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from router_r1.pool.client import PoolResult
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import budget_exhausted_message
-from router_r1.protocol import Action, format_observation, invalid_observation, parse_action
+from router_r1.protocol import (
+    Action, clean_text, format_observation, invalid_observation, parse_action, truncate_at_first_action,
+)
 
 # What happens when the policy asks to route after its turn budget is spent:
 #   end       the episode ends there (no answer; the format gate scores it -1)
@@ -27,7 +29,9 @@ class Episode:
     max_turns: int | None = None  # this episode's turn budget T_max (None: the rules' max_turns)
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)  # 1 = policy token, 0 = environment token
-    text: str = ""  # what the reward reads: policy turns and <information> blocks (not control messages)
+    # what the reward reads: policy turns (each cut at the end of its first action) and
+    # <information> blocks, not control messages
+    text: str = ""
     turns: list[dict] = field(default_factory=list)
     turn: int = 0  # generations done so far
     cost_usd: float = 0.0
@@ -76,16 +80,25 @@ class TurnRules:
         return self.max_response_length - len(ep.response_ids)
 
     def after_generation(self, ep: Episode, out_ids: list[int]) -> Action | None:
-        """Append the policy's turn; return the route to execute, or None."""
+        """Append the policy's turn; return the route to execute, or None.
+
+        The ids stay as sampled; the text is cut at the end of the first action. Backends
+        keep the whole token in which a stop string ends, and byte-level BPE merges
+        characters after a tag into it (`>.`, `>,`): read whole, `</answer>.` would break
+        the format of a right answer.
+        """
         final = self.is_final(ep)
         out_ids = out_ids[: max(0, self.room(ep))]
-        text = self.tok.decode(out_ids, skip_special_tokens=True)
+        decoded = self.tok.decode(out_ids, skip_special_tokens=True)
+        text = truncate_at_first_action(decoded)
         action = parse_action(text, self.registry)
         before = (len(ep.response_ids), len(ep.text))  # the last valid prefix, if this turn is refused
         ep.add(out_ids, text, by_policy=True)
         ep.turn += 1
         ep.turns.append({"generated": text, "action": action.kind, "model": action.model, "query": action.query,
                          "answer": action.answer, "reason": action.reason})
+        if len(decoded) > len(text):
+            ep.turns[-1]["past_action"] = decoded[len(text):]  # in the ids, never read by the reward
         if action.kind == "answer":
             ep.done = True
         elif self.room(ep) <= 0:
@@ -109,7 +122,8 @@ class TurnRules:
         ep.pool_latency_s += result.latency_s
         ep.pool_failures += int(not result.ok)
         ep.turns[-1].update({"ok": result.ok, "error": result.error, "cost_usd": result.cost_usd,
-                             "latency_s": result.latency_s, "information": result.text, "cached": result.cached})
+                             "latency_s": result.latency_s, "cached": result.cached,
+                             "information": None if result.text is None else clean_text(result.text)})
         self._append_env(ep, obs)
 
     def _refuse(self, ep: Episode, n_ids: int, n_chars: int) -> None:
