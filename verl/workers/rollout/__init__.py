@@ -1,5 +1,6 @@
 """Rollout backends: `build_rollout(cfg)` picks transformers ("hf"), transformers weights with a
-static KV cache and CUDA-graph decode ("hf_static", Llama, Qwen2 and Gemma 3 shapes) or vLLM ("vllm")."""
+static KV cache and CUDA-graph decode ("hf_static", Llama, Qwen2 and Gemma 3 shapes; also continuous batching
+over cache slots for the async `generate_one`) or vLLM ("vllm")."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,7 +9,7 @@ import torch
 
 from .base import GenOutput, RolloutBackend, SamplingParams
 
-__all__ = ["GenOutput", "RolloutBackend", "SamplingParams", "HFRollout", "StaticRollout", "VLLMRollout",
+__all__ = ["GenOutput", "RolloutBackend", "SamplingParams", "HFRollout", "StaticRollout", "SlotRollout", "VLLMRollout",
            "build_rollout"]
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -20,6 +21,9 @@ def __getattr__(name: str):
     if name == "HFRollout":
         from .hf_rollout import HFRollout
         return HFRollout
+    if name == "SlotRollout":
+        from .slot_rollout import SlotRollout
+        return SlotRollout
     if name == "StaticRollout":
         from .static_rollout import StaticRollout
         return StaticRollout
@@ -62,8 +66,8 @@ def build_rollout(cfg: Any, model: Any = None, tokenizer: Any = None) -> Rollout
         if name == "hf":
             from .hf_rollout import HFRollout
             return HFRollout(model, tokenizer, **common)
-        from .static_rollout import StaticRollout
-        return StaticRollout(model, tokenizer, max_model_len=int(_get(cfg, "max_model_len", 4096)),
+        from .slot_rollout import SlotRollout  # StaticRollout's batch path plus continuous generate_one
+        return SlotRollout(model, tokenizer, max_model_len=int(_get(cfg, "max_model_len", 4096)),
                              cuda_graph=bool(_get(cfg, "cuda_graph", True)),
                              compile=bool(_get(cfg, "compile", False)), **common)
     if name == "vllm":
