@@ -366,3 +366,30 @@ def test_bad_input_is_one_line_naming_it(tmp_path, data, checkpoints, case, caps
         code, err = evaluate_main([str(a) for a in args]), capsys.readouterr().err
     assert code == 2
     assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_dead_pool_ends_the_evaluation_with_exit_3_and_says_why(tmp_path, data, capsys):
+    """The endpoint answers /models but every call fails: outputs are written, the exit code says so."""
+    from router_r1.pool.server import FaultConfig, ServerThread
+
+    test_file, truth = data
+    sim = SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0)
+    args = ["--data", str(test_file), "--pool", str(SIM), "--skip-router", "--baseline", f"single:{CHEAP}",
+            "--out", str(tmp_path / "out"), "--pool-timeout-s", "5", "--pool-deadline-s", "0.5"]
+    with ServerThread(sim, faults=FaultConfig(error_rate=1.0)) as dead:
+        code = evaluate_main([*args, "--pool-url", dead.url])
+    err = capsys.readouterr()
+    assert code == 3, err
+    # 500s retried until the deadline stops the retries: counted by the kind that ended each call
+    assert re.search(rf"run single:{CHEAP}: {len(truth)} of {len(truth)} pool calls failed \(100%: "
+                     rf"(deadline|server_error) \d", err.err), err.err
+    assert "--max-pool-failure-rate 0.2" in err.err and "--pool-timeout-s 5" in err.err
+    overall = json.loads((tmp_path / "out" / "summary.json").read_text())["runs"][0]["overall"]
+    assert overall["pool_failure_rate"] == 1.0 and sum(overall["pool_errors"].values()) == len(truth)
+    label = re.escape(f"single:{CHEAP}".replace("-Instruct", ""))
+    assert re.search(rf"^{label} +overall .* 1\.00 +\d+\.\d\d +\d+\.\d\d$", err.out, re.M), err.out
+    # a healthy pool under the same settings passes, its failure rate and latencies in the table
+    with ServerThread(sim) as alive:
+        assert evaluate_main([*args, "--pool-url", alive.url]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r" overall .* 0\.00 +\d+\.\d\d +\d+\.\d\d$", out, re.M), out

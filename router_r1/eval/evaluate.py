@@ -22,7 +22,13 @@ generate calls then come in a fixed order and call k samples with seed (S, k).
 Without --pool (or with --sim) the simulated pool is served in-process on 127.0.0.1.
 Writes summary.json, trajectories.jsonl and pareto.png under --out and prints a table.
 Bad input (a missing file, column or checkpoint, an unreachable pool) ends with a
-one-line error naming it and exit code 2.
+one-line error naming it and exit code 2. A run whose pool calls failed more often than
+--max-pool-failure-rate (default 0.2) has its outputs written, then ends the evaluation
+with exit code 3 and the failure rate, the error kinds and the timeouts in force: its
+numbers measure the pool's failures, not the router.
+
+Pool timeouts: --pool-timeout-s bounds one HTTP call (default 60 s), --pool-deadline-s a
+call with all its retries (300 s), --pool-concurrency the calls in flight per endpoint (32).
 """
 from __future__ import annotations
 
@@ -74,6 +80,10 @@ NOTES = {
 
 class EvalError(ValueError):
     """Input that cannot be evaluated; the message names the file, column, field, checkpoint or URL."""
+
+
+class PoolFailureError(RuntimeError):
+    """A run's pool calls failed more often than allowed; the message gives the rate and the error kinds."""
 
 
 USER_ERRORS = (EvalError, BaselineError, RegistryError, SimProfileError, TemplateError)
@@ -280,7 +290,8 @@ def check_endpoints(specs: list[ModelSpec], timeout_s: float = 5.0) -> None:
 @contextmanager
 def open_pool(pool_yaml: str | Path | None = None, *, pool_url: str | None = None, sim: bool = False,
               sim_seed: int = 0, sim_latency: float = 0.0, include_unseen: bool = False,
-              cache_dir: str | None = None, call_timeout_s: float = 30.0) -> Iterator[Pool]:
+              cache_dir: str | None = None, call_timeout_s: float = 60.0, deadline_s: float = 300.0,
+              concurrency: int = 32) -> Iterator[Pool]:
     """The pool of a yaml, its endpoints checked; `sim` (or no yaml at all) serves the sim pool in-process."""
     if sim and pool_url:
         raise EvalError("--sim and --pool-url exclude each other: --sim serves the pool itself")
@@ -298,7 +309,8 @@ def open_pool(pool_yaml: str | Path | None = None, *, pool_url: str | None = Non
         full = ModelRegistry.from_yaml(pool_yaml, base_url=pool_url)
         registry = full if include_unseen else full.seen()
         check_endpoints(list(registry.models.values()))
-        client = PoolClient(full, timeout_s=call_timeout_s, cache_dir=cache_dir)
+        client = PoolClient(full, timeout_s=call_timeout_s, deadline_s=deadline_s,
+                            max_concurrency_per_endpoint=concurrency, cache_dir=cache_dir)
         try:
             yield Pool(registry, full, client, where)
         finally:
@@ -342,6 +354,10 @@ class EvalConfig:
     budget: int | None = None  # turn budget T_max for router runs (None: max_turns, prompts as given)
     budget_mode: str = "end"  # end | forced (what a route past the budget leads to)
     budget_text: bool = True  # state the budget in the router prompt
+    pool_timeout_s: float = 60.0  # one HTTP call to the pool
+    pool_deadline_s: float = 300.0  # one pool call with all its retries (a batch of calls shares it)
+    pool_concurrency: int = 32  # calls in flight per endpoint; more wait in the client
+    max_pool_failure_rate: float = 0.2  # a run whose calls fail more often ends the evaluation (exit 3)
 
     def sampling(self):
         from verl.workers.rollout.base import SamplingParams
@@ -529,8 +545,14 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     rows = load_rows(files, cfg.limit)
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     out_dir = Path(cfg.out or Path("outputs") / "eval" / time.strftime("%Y%m%d-%H%M%S"))
+    if not 0.0 <= cfg.max_pool_failure_rate <= 1.0:
+        raise EvalError(f"--max-pool-failure-rate must be in [0, 1], got {cfg.max_pool_failure_rate}")
+    if not (cfg.pool_timeout_s > 0 and cfg.pool_deadline_s > 0 and cfg.pool_concurrency >= 1):
+        raise EvalError("--pool-timeout-s and --pool-deadline-s must be > 0 and --pool-concurrency >= 1")
     with open_pool(cfg.pool, pool_url=cfg.pool_url, sim=cfg.sim, sim_seed=cfg.sim_seed,
-                   sim_latency=cfg.sim_latency, include_unseen=cfg.include_unseen, cache_dir=cfg.cache_dir) as pool:
+                   sim_latency=cfg.sim_latency, include_unseen=cfg.include_unseen, cache_dir=cfg.cache_dir,
+                   call_timeout_s=cfg.pool_timeout_s, deadline_s=cfg.pool_deadline_s,
+                   concurrency=cfg.pool_concurrency) as pool:
         runs = plan_runs(cfg, parse_baselines(cfg.baselines, pool.full, pool.registry))
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "trajectories.jsonl").write_text("")
@@ -546,7 +568,9 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
             summaries.append({"label": run.label, "kind": run.kind, "checkpoint": run.checkpoint,
                               "model": run.model, "wall_s": wall, **report.summarize(records, models)})
             report.write_jsonl(out_dir / "trajectories.jsonl", records, append=True)  # kept if a later run fails
-            log(f"{run.label}: {len(records)} questions in {wall:.1f}s, EM {summaries[-1]['overall']['em']:.3f}")
+            o = summaries[-1]["overall"]
+            log(f"{run.label}: {len(records)} questions in {wall:.1f}s, EM {o['em']:.3f}, pool calls "
+                f"{o['pool_calls']} ({o['pool_failure_rate']:.0%} failed)")
         where = pool.where
     summary = {"created": started, "data": [str(p) for p in files], "pool": where,
                "config": asdict(cfg), "notes": NOTES, "runs": summaries}
@@ -555,7 +579,25 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     log(report.format_table(summaries))
     log(f"wrote {out_dir / 'summary.json'}, {out_dir / 'trajectories.jsonl'}, {out_dir / 'pareto.png'}")
     summary["out_dir"] = str(out_dir)
+    check_pool_health(summaries, cfg)
     return summary
+
+
+def check_pool_health(summaries: list[dict], cfg: EvalConfig) -> None:
+    """PoolFailureError naming every run whose pool calls failed more often than cfg allows."""
+    bad = []
+    for run in summaries:
+        o = run["overall"]
+        if o["pool_calls"] and o["pool_failure_rate"] > cfg.max_pool_failure_rate:
+            kinds = ", ".join(f"{k} {n}" for k, n in o["pool_errors"].items())
+            bad.append(f"run {run['label']}: {o['pool_failed']} of {o['pool_calls']} pool calls failed "
+                       f"({o['pool_failure_rate']:.0%}: {kinds})")
+    if bad:
+        raise PoolFailureError(
+            "; ".join(bad) + f". More than --max-pool-failure-rate {cfg.max_pool_failure_rate:g}: these numbers "
+            f"measure the pool, not the router. Timeouts in force: --pool-timeout-s {cfg.pool_timeout_s:g}, "
+            f"--pool-deadline-s {cfg.pool_deadline_s:g}, --pool-concurrency {cfg.pool_concurrency}; "
+            "check the pool server's log, or raise them for a slow pool")
 
 
 # ---------------------------------------------------------------------------------- CLI
@@ -610,6 +652,11 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
                    help="a route past the budget: end the episode (default) or refuse it and ask for the answer")
     p.add_argument("--no-budget-text", dest="budget_text", action="store_false",
                    help="with --budget: keep the rows' prompts (no budget sentence), only enforce the limit")
+    p.add_argument("--pool-timeout-s", type=float, default=60.0, help="one HTTP call to the pool")
+    p.add_argument("--pool-deadline-s", type=float, default=300.0, help="one pool call with all its retries")
+    p.add_argument("--pool-concurrency", type=int, default=32, help="pool calls in flight per endpoint")
+    p.add_argument("--max-pool-failure-rate", type=float, default=0.2,
+                   help="a run whose pool calls fail more often ends the evaluation with exit code 3")
     a = p.parse_args(argv)
     return EvalConfig(
         data=a.data, checkpoints=a.checkpoint, baselines=a.baseline, skip_router=a.skip_router, pool=a.pool,
@@ -619,7 +666,9 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
         max_obs_length=a.max_obs_length, response_length=a.response_length,
         max_response_length=a.max_response_length, schedule=a.schedule, alpha=a.alpha, out=a.out,
         cache_dir=a.cache_dir, limit=a.limit, device=a.device, rollout=a.rollout,
-        prompt_template=a.prompt_template, budget=a.budget, budget_mode=a.budget_mode, budget_text=a.budget_text)
+        prompt_template=a.prompt_template, budget=a.budget, budget_mode=a.budget_mode, budget_text=a.budget_text,
+        pool_timeout_s=a.pool_timeout_s, pool_deadline_s=a.pool_deadline_s, pool_concurrency=a.pool_concurrency,
+        max_pool_failure_rate=a.max_pool_failure_rate)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -632,6 +681,9 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
+    except PoolFailureError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
     return 0
 
 

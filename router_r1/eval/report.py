@@ -2,7 +2,13 @@
 
 Input is a list of scored trajectory records (dicts made by router_r1.eval.evaluate), one
 per question, with at least: data_source, em, f1, format_ok, cost_usd, cost_reward,
-reward, route_count, pool_failures, hit_budget, models_called.
+reward, route_count, pool_failures, hit_budget, models_called, and `turns` (a pool call's
+turn carries ok, error, latency_s, cached).
+
+Pool health is reported per call, not per question: `pool_failure_rate` = failed calls /
+calls, `pool_errors` counts the failures by kind, and `pool_latency_p50_s` / `p95` are
+over the calls that went to the pool (cache hits left out; a failed call counts with the
+time it took to fail).
 """
 from __future__ import annotations
 
@@ -32,11 +38,31 @@ def _mean(trajs: list[dict], key: str) -> float:
     return float(np.mean([float(t[key]) for t in trajs])) if trajs else math.nan
 
 
+def pool_calls(trajs: list[dict]) -> list[dict]:
+    """Every pool call of the trajectories (the turns that carry an `ok`)."""
+    return [turn for t in trajs for turn in t.get("turns", ()) if "ok" in turn]
+
+
+def pool_health(trajs: list[dict]) -> dict:
+    """Calls, failure rate, failures by error kind, latency p50/p95 (s) of the calls made over HTTP."""
+    calls = pool_calls(trajs)
+    failed = [c for c in calls if not c["ok"]]
+    errors: dict[str, int] = {}
+    for c in failed:
+        errors[str(c.get("error"))] = errors.get(str(c.get("error")), 0) + 1
+    lat = [float(c["latency_s"]) for c in calls if not c.get("cached") and c.get("latency_s") is not None]
+    p50, p95 = np.percentile(lat, [50, 95]).tolist() if lat else (math.nan, math.nan)
+    return {"pool_calls": len(calls), "pool_failed": len(failed),
+            "pool_failure_rate": len(failed) / len(calls) if calls else 0.0,
+            "pool_errors": dict(sorted(errors.items())), "pool_latency_p50_s": p50, "pool_latency_p95_s": p95}
+
+
 def metrics(trajs: list[dict], model_names: list[str], seed: int = 0) -> dict:
-    """Means over one group of trajectories, EM with its 95% bootstrap CI, pool-model shares."""
+    """Means over one group of trajectories, EM with its 95% bootstrap CI, pool health, pool-model shares."""
     em_lo, em_hi = bootstrap_ci([t["em"] for t in trajs], seed=seed)
     cost = _mean(trajs, "cost_usd")
     return {
+        **pool_health(trajs),
         "n": len(trajs),
         "em": _mean(trajs, "em"),
         "em_ci95": [em_lo, em_hi],
@@ -76,7 +102,8 @@ def _short(name: str, width: int = 14) -> str:
 def format_table(runs: list[dict]) -> str:
     """Two plain-text tables: the metrics per run and source, then each pool model's share of questions."""
     head = (f"{'run':<28} {'source':<14} {'n':>5} {'EM':>6} {'95% CI':>15} {'F1':>6} {'fmt':>5} "
-            f"{'cost 1e-6$':>11} {'cost $':>10} {'R_cost':>6} {'reward':>6} {'calls':>5}")
+            f"{'cost 1e-6$':>11} {'cost $':>10} {'R_cost':>6} {'reward':>6} {'calls':>5} "
+            f"{'failed':>6} {'p50 s':>6} {'p95 s':>6}")
     lines = [head, "-" * len(head)]
     models: list[str] = []
     for run in runs:
@@ -87,7 +114,8 @@ def format_table(runs: list[dict]) -> str:
             lines.append(f"{_label(run):<28} {source[:14]:<14} {m['n']:>5} {m['em']:>6.3f} "
                          f"{f'[{lo:.3f}, {hi:.3f}]':>15} {m['f1']:>6.3f} {m['format_ok']:>5.2f} "
                          f"{m['cost_1e6_usd']:>11.2f} {m['cost_usd']:>10.2e} {m['cost_reward']:>6.3f} "
-                         f"{m['reward']:>6.3f} {m['calls']:>5.2f}")
+                         f"{m['reward']:>6.3f} {m['calls']:>5.2f} {_rate(m):>6} "
+                         f"{_secs(m.get('pool_latency_p50_s')):>6} {_secs(m.get('pool_latency_p95_s')):>6}")
     if models:
         head2 = f"{'share of questions':<43}" + "".join(f" {_short(n):>14}" for n in models)
         lines += ["", head2, "-" * len(head2)]
@@ -96,6 +124,15 @@ def format_table(runs: list[dict]) -> str:
                 lines.append(f"{_label(run):<28} {source[:14]:<14}"
                              + "".join(f" {m['model_share'].get(n, 0.0):>14.2f}" for n in models))
     return "\n".join(lines)
+
+
+def _rate(m: dict) -> str:
+    """Share of pool calls that failed; '-' when the group made none (or the summary predates it)."""
+    return f"{m['pool_failure_rate']:.2f}" if m.get("pool_calls") else "-"
+
+
+def _secs(x) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.2f}"
 
 
 def _label(run: dict) -> str:
