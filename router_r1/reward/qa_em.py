@@ -39,7 +39,7 @@ def usable_golds(golds) -> list[str]:
 
     Parquet rows give numpy arrays, hand-written ones a bare string; accept both. A gold
     like "The", "?!" or "" normalises to nothing and would give EM 1 to an empty answer,
-    so it is dropped. Data loading rejects rows left with none (verl/trainer/dataset.py);
+    so it is dropped. Data loading rejects such rows (router_r1/row_check.py);
     here such a row is scored as wrong rather than crashing a run.
     """
     if golds is None:
