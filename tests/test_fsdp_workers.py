@@ -121,6 +121,9 @@ def _dist_main(rank, port, out_dir):
     if rank == 0:
         torch.save({"log_probs": log_probs.batch["old_log_probs"], "metrics": metrics, "grads": grads,
                     "state": state, "next_metrics": next_metrics}, os.path.join(out_dir, "rank0.pt"))
+    from test_lora import lora_dist_steps  # in the same processes: a second spawn costs more than the steps
+
+    lora_dist_steps(rank, out_dir)
     dist.destroy_process_group()
 
 
@@ -131,6 +134,7 @@ def free_port():
 
 
 def test_two_gloo_processes_match_one_process(tmp_path):
+    """Also runs the LoRA actor's 2-process steps (tests/test_lora.py checks them against one process)."""
     shards = dist_batch().chunk(2)  # the ranks need different micro-batch counts: they must agree on one
     assert len(make_micro_batches(shards[0], 16)) != len(make_micro_batches(shards[1], 16))
     ranks = mp.spawn(_dist_main, args=(free_port(), str(tmp_path)), nprocs=2, join=False)
@@ -163,6 +167,9 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     next_metrics = resumed.update_actor(dist_batch(seed=12))
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/lr"):
         assert two["next_metrics"][key] == pytest.approx(next_metrics[key], rel=1e-4, abs=1e-6), key
+    from test_lora import check_lora_dist_steps
+
+    check_lora_dist_steps(tmp_path)
 
 
 # ------------------------------------------------------------- (2) log-probs

@@ -99,3 +99,32 @@ def test_torchrun_two_processes(tmp_path):
     assert sorted(rows) == [0, 1, 2]
     assert rows[2]["val/n"] == 32
     assert (tmp_path / "checkpoints" / "step_000002" / "COMPLETE").exists()
+
+
+def test_lora_run_is_its_own_reference_and_saves_adapters(tmp_path, monkeypatch):
+    """actor.lora.rank > 0: the reference group is the actor (adapters off, no second model), the
+    checkpoint holds the adapters, the HF export is a merged full model."""
+    import verl.trainer.main_ppo as main_ppo
+    from torch.distributed.checkpoint import FileSystemReader
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.chdir(ROOT)
+    built = {}
+    real_build = main_ppo.build_groups
+
+    def build(*args, **kw):
+        groups, dist = real_build(*args, **kw)
+        built.update(groups)
+        return groups, dist
+
+    monkeypatch.setattr(main_ppo, "build_groups", build)
+    last = run(config(tmp_path, "algorithm.adv_estimator=grpo", "rollout.n=2", "trainer.total_steps=1",
+                      "algorithm.use_kl_in_reward=false", "actor.use_kl_loss=true", "actor.lora.rank=4",
+                      "actor.lora.target_modules=[q_proj,v_proj]", "trainer.val_before_train=false",
+                      "trainer.test_freq=0"))
+    assert built["ref"] is built["actor"] and "actor/kl_loss" in last
+    saved = FileSystemReader(str(tmp_path / "checkpoints" / "step_000001" / "actor" / "state")).read_metadata()
+    weights = {k for k in saved.state_dict_metadata if k.startswith("model.")}
+    assert weights and all(".lora_" in k for k in weights)
+    exported = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"))
+    assert not any("lora" in k for k in exported.state_dict())

@@ -20,6 +20,7 @@ from verl.trainer.ppo_trainer import PPOTrainer
 from verl.trainer.tracking import Tracker
 from verl.utils.tokenizer import load_tokenizer
 from verl.workers.config import ActorConfig, CriticConfig
+from verl.workers.lora import as_lora_config
 from verl.workers.model_loader import spec_for_tokenizer
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
@@ -51,11 +52,12 @@ def worker_configs(cfg: DictConfig, tokenizer) -> tuple[ActorConfig, CriticConfi
         loss_agg_mode=a.loss_agg_mode, clip_low=a.clip_ratio_low, clip_high=a.clip_ratio_high,
         dual_clip_c=a.dual_clip_c, entropy_coef=a.entropy_coef,
         kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0, kl_loss_kind=a.kl_loss_type,
-        logprob_chunk_size=a.logprob_chunk_size, **shared)
+        logprob_chunk_size=a.logprob_chunk_size, lora=as_lora_config(OmegaConf.to_container(a.lora)), **shared)
     critic = CriticConfig(
         model=critic_model, lr=c.lr, weight_decay=c.weight_decay, grad_clip=c.grad_clip, ppo_epochs=c.ppo_epochs,
         ppo_mini_batch_size=c.ppo_mini_batch_size, micro_batch_size=c.ppo_micro_batch_size,
-        max_tokens_per_micro_batch=a.max_tokens_per_micro_batch, cliprange_value=c.cliprange_value, **shared)
+        max_tokens_per_micro_batch=a.max_tokens_per_micro_batch, cliprange_value=c.cliprange_value,
+        lora=as_lora_config(OmegaConf.to_container(c.lora)), **shared)
     return actor, critic
 
 
@@ -81,7 +83,9 @@ def build_groups(cfg: DictConfig, tokenizer, backend: str) -> tuple[dict, Dist |
     specs = {"actor": (ActorRolloutWorker, {"config": actor_cfg, "rollout": rollout_config(cfg)})}
     if use_critic:
         specs["critic"] = (CriticWorker, {"config": critic_cfg})
-    if use_ref:
+    # A LoRA actor is its own reference (adapters off): no second copy of the weights.
+    ref_is_actor = use_ref and actor_cfg.lora.enabled
+    if use_ref and not ref_is_actor:
         specs["ref"] = (ActorWorker, {"config": actor_cfg, "role": "ref"})
 
     if backend == "spmd":
@@ -103,6 +107,8 @@ def build_groups(cfg: DictConfig, tokenizer, backend: str) -> tuple[dict, Dist |
         dist = None
     for group in groups.values():
         group.init_model()
+    if ref_is_actor:
+        groups["ref"] = groups["actor"]
     return groups, dist
 
 

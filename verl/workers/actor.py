@@ -8,6 +8,7 @@ divides the logits, so log-probs match the distribution the rollout sampled from
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections import defaultdict
@@ -24,6 +25,7 @@ from verl.protocol import DataProto
 from verl.single_controller.base import Worker, register
 from verl.workers import fsdp
 from verl.workers.config import ActorConfig, WorkerConfig
+from verl.workers.lora import adapters_disabled, apply_lora, as_lora_config, merge_state_dict, trainable_parameters
 from verl.workers.micro_batch import (SEQ_KEYS, loss_units, make_micro_batches, pack_rows, pad_response,
                                       response_logit_index, split_rows, trim_padding)
 from verl.workers.model_loader import PACKED_ATTENTION, compile_decoder_layers, load_model, to_dtype
@@ -37,6 +39,9 @@ class FSDPWorker(Worker):
         self.config, self.role = config, role
         self.trainable = role in ("actor", "critic")
         self.model = self.optimizer = self.scheduler = None
+        lora = as_lora_config(getattr(config, "lora", None))
+        # The reference of a LoRA run is the actor with its adapters off; a "ref" worker is the base model.
+        self.lora = lora if lora.enabled and self.trainable else None
 
     @register("all")
     def init_model(self) -> None:
@@ -48,6 +53,9 @@ class FSDPWorker(Worker):
         model = load_model(cfg.model, load_dtype, role="critic" if self.role == "critic" else "actor",
                            seed=cfg.seed, gradient_checkpointing=cfg.gradient_checkpointing and self.trainable,
                            attn_implementation=PACKED_ATTENTION if cfg.use_remove_padding else None)
+        if self.lora is not None:  # before compile and sharding: they see the adapted layers
+            # the critic's value head is new: it trains in full beside the adapters
+            apply_lora(model, self.lora, trainable=("score.", "classifier.") if self.role == "critic" else ())
         if cfg.compile:  # before sharding: FSDP2 wraps the compiled layers
             compile_decoder_layers(model)
         self.autocast_dtype = None
@@ -66,7 +74,7 @@ class FSDPWorker(Worker):
             # The fused (one-kernel) AdamW on one GPU; sharded DTensor parameters keep the default
             # multi-tensor path, the one that the multi-process tests exercise.
             fused = self.device.type == "cuda" and self.world_size == 1
-            self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas),
+            self.optimizer = torch.optim.AdamW(trainable_parameters(model), lr=cfg.lr, betas=tuple(cfg.betas),
                                                weight_decay=cfg.weight_decay, fused=fused or None)
             warmup = cfg.warmup_steps
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -135,18 +143,21 @@ class FSDPWorker(Worker):
 
     @register("all")
     def save_checkpoint(self, path: str) -> None:
-        """Model + optimizer + lr scheduler + RNG, sharded per rank; see fsdp.save_checkpoint."""
-        fsdp.save_checkpoint(path, self.model, self.optimizer, {"scheduler": self.scheduler.state_dict()})
+        """Model + optimizer + lr scheduler + RNG, sharded per rank; see fsdp.save_checkpoint.
+        With LoRA only the trainable parameters (the adapters) are saved."""
+        fsdp.save_checkpoint(path, self.model, self.optimizer, {"scheduler": self.scheduler.state_dict()},
+                             adapter_only=self.lora is not None)
 
     @register("all")
     def load_checkpoint(self, path: str) -> None:
-        extra = fsdp.load_checkpoint(path, self.model, self.optimizer)
+        extra = fsdp.load_checkpoint(path, self.model, self.optimizer, adapter_only=self.lora is not None)
         self.scheduler.load_state_dict(extra["scheduler"])
 
     @register("all")
     def get_full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Unsharded CPU weights on every rank (to sync a rollout engine)."""
-        return fsdp.full_state_dict(self.model)
+        """Unsharded CPU weights on every rank (to sync a rollout engine); LoRA adapters merged in,
+        so the names and shapes are the base model's."""
+        return merge_state_dict(self.model, fsdp.full_state_dict(self.model))
 
 
 class ActorWorker(FSDPWorker):
@@ -234,8 +245,10 @@ class ActorWorker(FSDPWorker):
 
     @register("dp")
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        """The same computation as compute_log_prob, returned as `ref_log_prob`."""
-        return DataProto.from_dict({"ref_log_prob": self.compute_log_prob(data).batch["old_log_probs"]})
+        """The same computation as compute_log_prob, returned as `ref_log_prob`. On a LoRA actor
+        it runs with the adapters off: the reference policy is the base model, no second copy."""
+        with adapters_disabled(self.model) if self.lora is not None else contextlib.nullcontext():
+            return DataProto.from_dict({"ref_log_prob": self.compute_log_prob(data).batch["old_log_probs"]})
 
     @register("dp")
     def update_actor(self, data: DataProto) -> dict[str, float]:
@@ -292,8 +305,9 @@ class ActorWorker(FSDPWorker):
 
     @register("all")
     def export_hf(self, path: str, dtype: str | torch.dtype | None = None) -> None:
-        """Rank 0 writes an HF model directory (config, safetensors, tokenizer) that from_pretrained loads."""
-        state = fsdp.full_state_dict(self.model, rank0_only=True)
+        """Rank 0 writes an HF model directory (config, safetensors, tokenizer) that from_pretrained loads;
+        LoRA adapters are merged into the weights (a full model, no peft needed to load it)."""
+        state = merge_state_dict(self.model, fsdp.full_state_dict(self.model, rank0_only=True))
         if self.rank == 0:
             with torch.device("meta"):  # structure only: the weights come from `state`
                 skeleton = AutoModelForCausalLM.from_config(self.model.config)

@@ -1,8 +1,10 @@
 """Plain dataclasses for the FSDP actor / critic workers (the trainer's hydra config maps onto these)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from verl.workers.lora import LoraConfig
 
 
 @dataclass
@@ -34,6 +36,7 @@ class WorkerConfig:
     compile: bool = False  # torch.compile each decoder layer (model_loader.compile_decoder_layers)
     param_offload: bool = False  # FSDP2 CPUOffloadPolicy: params, grads and optimizer state on CPU
     reshard_after_forward: bool = True
+    lora: LoraConfig = field(default_factory=LoraConfig)  # LoRA adapters (rank 0: full fine-tuning); verl.workers.lora
 
 
 @dataclass

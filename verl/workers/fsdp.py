@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -98,9 +98,10 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save_checkpoint(path: str, model: nn.Module, optimizer, extra: dict) -> None:
+def save_checkpoint(path: str, model: nn.Module, optimizer, extra: dict, adapter_only: bool = False) -> None:
     """Sharded model + optimizer (torch.distributed.checkpoint), `extra` and per-rank RNG;
-    rank 0 writes the marker last, listing every file and its size."""
+    rank 0 writes the marker last, listing every file and its size. `adapter_only`: the frozen
+    parameters (a LoRA run's base weights, which the model spec reloads) are left out."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     marker = os.path.join(path, MARKER)
     if rank == 0:
@@ -108,7 +109,7 @@ def save_checkpoint(path: str, model: nn.Module, optimizer, extra: dict) -> None
         if os.path.exists(marker):  # overwriting: a crash from here on must read as incomplete
             os.remove(marker)
     _barrier()
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=adapter_only))
     with _quiet_single_process():
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=os.path.join(path, "state"))
     torch.save(_rng_state(), os.path.join(path, f"rng_rank{rank}.pt"))
@@ -123,7 +124,7 @@ def save_checkpoint(path: str, model: nn.Module, optimizer, extra: dict) -> None
                 files[os.path.relpath(full, path)] = os.path.getsize(full)
         world = dist.get_world_size() if dist.is_initialized() else 1
         with open(marker + ".tmp", "w") as f:
-            json.dump({"world_size": world, "files": files}, f, indent=1)
+            json.dump({"world_size": world, "adapter_only": adapter_only, "files": files}, f, indent=1)
         os.replace(marker + ".tmp", marker)
     _barrier()
 
@@ -146,23 +147,33 @@ def verify_checkpoint(path: str) -> dict:
     return info
 
 
-def load_checkpoint(path: str, model: nn.Module, optimizer) -> dict:
+def load_checkpoint(path: str, model: nn.Module, optimizer, adapter_only: bool = False) -> dict:
     """Load what save_checkpoint wrote (any world size); returns `extra`. RNG is restored
-    only when the checkpoint was written with the current world size."""
+    only when the checkpoint was written with the current world size. `adapter_only` must
+    match the save (a LoRA checkpoint holds no base weights; a full one is not an adapter)."""
     info = verify_checkpoint(path)
+    saved = info.get("adapter_only", False)
+    if saved != adapter_only:
+        what = {True: "LoRA adapters only", False: "full weights"}
+        raise CheckpointError(f"checkpoint {path} holds {what[saved]}, but this model trains {what[adapter_only]} "
+                              "(check actor.lora.rank / critic.lora.rank)")
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    options = StateDictOptions(ignore_frozen_params=adapter_only)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
     state = {"model": model_sd, "optim": optim_sd}
     try:
         with _quiet_single_process():
             dcp.load(state, checkpoint_id=os.path.join(path, "state"))
         # Our own files hold numpy / python RNG state, which weights_only rejects.
         extra = torch.load(os.path.join(path, "extra.pt"), weights_only=False)
-        rng = torch.load(os.path.join(path, f"rng_rank{rank}.pt"), weights_only=False) if info["world_size"] == world else None
+        rng_file = os.path.join(path, f"rng_rank{rank}.pt")
+        rng = torch.load(rng_file, weights_only=False) if info["world_size"] == world else None
     except Exception as e:
         raise CheckpointError(f"could not read checkpoint {path}: {type(e).__name__}: {e}") from e
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    # dcp.load already failed on any key it was asked for and did not find; the frozen ones are not asked for
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                   options=StateDictOptions(ignore_frozen_params=adapter_only, strict=not adapter_only))
     if rng is not None:
         _set_rng_state(rng)
     return extra
