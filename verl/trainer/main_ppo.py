@@ -94,22 +94,31 @@ def build_groups(cfg: DictConfig, tokenizer, backend: str) -> tuple[dict, Dist |
         groups = {name: SPMDWorkerGroup(cls(**kw)) for name, (cls, kw) in specs.items()}
         dist = Dist(groups["actor"].rank, groups["actor"].world_size)
     else:
-        import ray
-
-        from verl.single_controller.ray_group import RayWorkerGroup
-
-        if not ray.is_initialized():
-            ray.init(address=cfg.trainer.ray_address, ignore_reinit_error=True)
-        world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
-        gpus = 1 if _want_cuda(cfg) else 0
-        groups = {name: RayWorkerGroup(cls, world, kw, num_gpus_per_worker=gpus / len(specs) if gpus else 0)
-                  for name, (cls, kw) in specs.items()}
+        groups = ray_groups(cfg, specs)
         dist = None
     for group in groups.values():
         group.init_model()
     if ref_is_actor:
         groups["ref"] = groups["actor"]
     return groups, dist
+
+
+def ray_groups(cfg: DictConfig, specs: dict) -> dict:
+    """One colocated Ray group (one actor per rank hosting every role); a view per role for the trainer."""
+    import ray
+
+    from verl.single_controller.ray_group import RayPlacement, RayWorkerGroup
+
+    t = cfg.trainer
+    if not ray.is_initialized():
+        ray.init(address=t.ray_address, ignore_reinit_error=True)
+    placement = RayPlacement(world_size=t.nnodes * t.n_gpus_per_node, num_cpus_per_worker=t.num_cpus_per_worker,
+                             num_gpus_per_worker=1 if _want_cuda(cfg) else 0, nnodes=t.nnodes,
+                             strategy=t.ray_placement, ready_timeout_s=t.ray_ready_timeout_s)
+    group = RayWorkerGroup(specs, placement)
+    group.check_shared_dir(t.output_dir)
+    print(f"ray: {placement.world_size} rank(s) on node(s) {group.nodes}", flush=True)
+    return {name: group.role(name) for name in specs}
 
 
 def _want_cuda(cfg: DictConfig) -> bool:
@@ -154,6 +163,10 @@ def run(cfg: DictConfig) -> dict:
         close = getattr(env, "close", None)
         if close is not None:
             close()
+        for view in groups.values():  # Ray: free the actors and their placement group (once per group)
+            owner = getattr(view, "group", None)
+            if owner is not None and owner.hosts:
+                owner.shutdown()
     if is_main:
         print(summary(last, cfg), flush=True)
     return last
