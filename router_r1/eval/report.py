@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from router_r1.pool.health import call_stats
+
 OVERALL = "overall"
 
 
@@ -38,23 +40,12 @@ def _mean(trajs: list[dict], key: str) -> float:
     return float(np.mean([float(t[key]) for t in trajs])) if trajs else math.nan
 
 
-def pool_calls(trajs: list[dict]) -> list[dict]:
-    """Every pool call of the trajectories (the turns that carry an `ok`)."""
-    return [turn for t in trajs for turn in t.get("turns", ()) if "ok" in turn]
-
-
 def pool_health(trajs: list[dict]) -> dict:
     """Calls, failure rate, failures by error kind, latency p50/p95 (s) of the calls made over HTTP."""
-    calls = pool_calls(trajs)
-    failed = [c for c in calls if not c["ok"]]
-    errors: dict[str, int] = {}
-    for c in failed:
-        errors[str(c.get("error"))] = errors.get(str(c.get("error")), 0) + 1
-    lat = [float(c["latency_s"]) for c in calls if not c.get("cached") and c.get("latency_s") is not None]
-    p50, p95 = np.percentile(lat, [50, 95]).tolist() if lat else (math.nan, math.nan)
-    return {"pool_calls": len(calls), "pool_failed": len(failed),
-            "pool_failure_rate": len(failed) / len(calls) if calls else 0.0,
-            "pool_errors": dict(sorted(errors.items())), "pool_latency_p50_s": p50, "pool_latency_p95_s": p95}
+    st = call_stats([t.get("turns", []) for t in trajs])
+    return {"pool_calls": st["calls"], "pool_failed": st["failed"], "pool_failure_rate": st["failure_rate"],
+            "pool_errors": st["errors"], "pool_latency_p50_s": st["latency_p50_s"],
+            "pool_latency_p95_s": st["latency_p95_s"]}
 
 
 def metrics(trajs: list[dict], model_names: list[str], seed: int = 0) -> dict:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from router_r1.pool.client import PoolClient, RouteRequest
+from router_r1.pool.health import PoolHealth
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import build_router_prompt
 from router_r1.protocol import STOP_STRINGS
@@ -74,7 +75,7 @@ class RouterEnv:
     check_row = staticmethod(check_router_row)  # PromptDataset's row_check: every row, at load time
 
     def __init__(self, cfg: RouterConfig, tokenizer, registry: ModelRegistry, client: PoolClient,
-                 reward: RewardConfig):
+                 reward: RewardConfig, health: PoolHealth | None = None):
         if cfg.schedule not in SCHEDULES:
             raise ValueError(f"env.schedule must be one of {'|'.join(SCHEDULES)}, got {cfg.schedule!r}")
         self.cfg = cfg
@@ -82,6 +83,7 @@ class RouterEnv:
         self.registry = registry
         self.client = client
         self.reward = reward
+        self.health = health or PoolHealth()  # pool failure rate per batch; stops a run whose pool keeps failing
         self.rules = TurnRules(tokenizer, registry, cfg.max_turns, cfg.max_obs_length,
                                cfg.max_response_length, cfg.invalid_hint, cfg.budget_mode)
         # Separate windows: validation must not shift the training reward (a reference defect).
@@ -266,6 +268,7 @@ class RouterEnv:
             for b in sorted(set(result.info["turn_budget"])):
                 metrics[f"budget_{b}/em"] = [m["em"] for m, tb in zip(per, result.info["turn_budget"]) if tb == b]
         metrics["pool_failures"] = [float(x) for x in result.info["pool_failures"]]
+        metrics.update(self.health.observe(result.info["turns"], validate))
         for name in self.registry.names:  # share of trajectories that called each model
             key = f"calls/{name}"
             metrics[key] = [float(sum(t.get("model") == name and "ok" in t for t in turns))

@@ -1,0 +1,70 @@
+"""Pool health over a batch of episodes: per-call failure rate and latency, and the gate that stops
+a training run whose pool keeps failing.
+
+A failed call is an observation for the policy, so one bad batch must not end a run; but a
+run whose pool fails batch after batch trains on "the pool is down" and logs a good-looking
+reward. The gate counts consecutive training batches above `max_failure_rate` and raises
+PoolFailureError after `patience` of them, naming the rate, the error kinds and `hint`
+(the settings that bound the calls).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class PoolFailureError(RuntimeError):
+    """The pool failed more often than allowed for too long; the message says how and what to check."""
+
+
+def call_stats(turns: list[list[dict]]) -> dict:
+    """Calls, failures by error kind and latency p50/p95 (s, cache hits left out) over episodes' turns."""
+    calls = [t for ep in turns for t in ep if "ok" in t]
+    errors: dict[str, int] = {}
+    for c in calls:
+        if not c["ok"]:
+            errors[str(c.get("error"))] = errors.get(str(c.get("error")), 0) + 1
+    lat = [float(c["latency_s"]) for c in calls if not c.get("cached") and c.get("latency_s") is not None]
+    p50, p95 = np.percentile(lat, [50, 95]).tolist() if lat else (math.nan, math.nan)
+    failed = sum(errors.values())
+    return {"calls": len(calls), "failed": failed, "failure_rate": failed / len(calls) if calls else 0.0,
+            "errors": dict(sorted(errors.items())), "latency_p50_s": p50, "latency_p95_s": p95}
+
+
+@dataclass
+class PoolHealth:
+    max_failure_rate: float = 0.2  # a training batch whose pool calls fail more often counts as unhealthy
+    patience: int = 3  # consecutive unhealthy training batches before the run stops (PoolFailureError)
+    hint: str = ""  # appended to the error: the timeouts in force, where to look
+    _unhealthy: int = field(default=0, repr=False)
+
+    def __post_init__(self):
+        if not 0.0 <= self.max_failure_rate <= 1.0 or self.patience < 1:
+            raise ValueError(f"PoolHealth: max_failure_rate must be in [0, 1] and patience >= 1, got "
+                             f"{self.max_failure_rate}, {self.patience}")
+
+    def observe(self, turns: list[list[dict]], validate: bool) -> dict[str, list[float]]:
+        """Metrics of one batch (one value each); a training batch may raise PoolFailureError."""
+        s = call_stats(turns)
+        metrics = {"pool/failure_rate": [s["failure_rate"]], "pool/calls": [float(s["calls"])]}
+        if s["calls"] and math.isfinite(s["latency_p50_s"]):
+            metrics.update({"pool/latency_p50_s": [s["latency_p50_s"]], "pool/latency_p95_s": [s["latency_p95_s"]]})
+        if validate or not s["calls"]:
+            return metrics
+        self._unhealthy = self._unhealthy + 1 if s["failure_rate"] > self.max_failure_rate else 0
+        if self._unhealthy >= self.patience:
+            kinds = ", ".join(f"{k} {n}" for k, n in s["errors"].items())
+            raise PoolFailureError(
+                f"pool calls failed above env.max_pool_failure_rate {self.max_failure_rate:g} for {self._unhealthy} "
+                f"training batches in a row (env.pool_failure_patience {self.patience}); the last: {s['failed']} of "
+                f"{s['calls']} calls ({s['failure_rate']:.0%}: {kinds}). Training on pool failures teaches the "
+                f"policy nothing about routing; stopping." + (f" {self.hint}" if self.hint else ""))
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"unhealthy": self._unhealthy}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._unhealthy = int(state.get("unhealthy", 0))
