@@ -4,8 +4,9 @@
 every token back to Python, so at batch 256 the GPU mostly waits for the CPU. Here the
 weights stay the HF model's (q|k|v and gate|up are concatenated once and the parameters
 become views into them: no copy, and `update_weights` works unchanged), but the forward
-is ours, for Llama/Qwen2-shaped decoders and Gemma 3 (its norms, GELU, two rope bases and
-sliding-window layers, which get a second decode mask):
+is ours, for Llama/Qwen2-shaped decoders (Llama 3.x rope scaling and tied embeddings included),
+Qwen3 (per-head q/k norms) and Gemma 3 (its norms, GELU, two rope bases and sliding-window layers,
+which get a second decode mask):
 
 - the KV cache is one preallocated buffer per layer, (rows, kv_heads, max_len, head_dim);
   a row's prompt fills columns [0, its length) of the batch's prompt width W, generated
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 from .base import GenOutput, SamplingParams
 from .hf_rollout import HFRollout, StopChecker, filter_logits
 
-SUPPORTED_TYPES = ("llama", "qwen2", "gemma3_text")
+SUPPORTED_TYPES = ("llama", "qwen2", "qwen3", "gemma3_text")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # inv_freq does not depend on the length
 
 
@@ -115,6 +116,18 @@ def pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_
     return qk[:, :, :heads].transpose(1, 2), qk[:, :, heads:].transpose(1, 2), qkv[:, :, heads + kv_heads:].transpose(1, 2)
 
 
+def qk_norm_pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_heads: int, q_norm_w,
+                          k_norm_w):
+    """Qwen3: as pre_attention, with an RMSNorm over each query and key head before the rotary."""
+    rows, T, _ = h.shape
+    qkv = F.linear(F.rms_norm(h, h.shape[-1:], norm_w, eps), qkv_w, qkv_b).view(rows, T, heads + 2 * kv_heads, -1)
+    D = qkv.shape[-1]
+    qk = torch.cat([F.rms_norm(qkv[:, :, :heads], (D,), q_norm_w, eps),
+                    F.rms_norm(qkv[:, :, heads:heads + kv_heads], (D,), k_norm_w, eps)], dim=2)
+    qk = qk * cos + torch.cat([-qk[..., D // 2:], qk[..., :D // 2]], dim=-1) * sin
+    return qk[:, :, :heads].transpose(1, 2), qk[:, :, heads:].transpose(1, 2), qkv[:, :, heads + kv_heads:].transpose(1, 2)
+
+
 def post_attention(h, o, o_w, o_b, norm_w, eps: float, gate_up_w, gate_up_b, down_w, down_b):
     """Output projection + residual, then the SiLU-gated MLP + residual. o: (rows, heads, T, D)."""
     rows, heads, T, D = o.shape
@@ -174,6 +187,7 @@ class StaticRollout(HFRollout):
             raise ValueError(f"StaticRollout supports model_type {SUPPORTED_TYPES}, got {cfg.model_type!r}; "
                              "use rollout.name=hf")
         self.gemma = cfg.model_type == "gemma3_text"
+        self.qk_norm = cfg.model_type == "qwen3"  # per-head RMSNorm of q and k (Gemma 3 has its own)
         rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
         ropes = [rope[t] for t in sorted(set(cfg.layer_types))] if self.gemma else [rope]  # Gemma: one per layer type
         for r in ropes:
@@ -206,6 +220,7 @@ class StaticRollout(HFRollout):
         # of the cache); so do the sampler's small cumsums.
         wrap = torch.compile if compile else (lambda f: f)
         pre, post = (gemma_pre_attention, gemma_post_attention) if self.gemma else (pre_attention, post_attention)
+        pre = qk_norm_pre_attention if self.qk_norm else pre
         self._pre, self._post, self._attn = wrap(pre), wrap(post), wrap(decode_attention)
         self._sums = wrap(block_sums)
         # Gemma 3 alternates sliding-window layers (they see the last `window` positions) with full ones
@@ -303,8 +318,9 @@ class StaticRollout(HFRollout):
                                layer.pre_feedforward_layernorm.weight, layer.post_feedforward_layernorm.weight,
                                w["gate_up_weight"], w["gate_up_bias"], m.down_proj.weight, m.down_proj.bias)
                 continue
+            qk_norms = (a.q_norm.weight, a.k_norm.weight) if self.qk_norm else ()
             q, k, v = self._pre(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
-                                w["qkv_weight"], w["qkv_bias"], cos, sin, self.n_heads, self.n_kv)
+                                w["qkv_weight"], w["qkv_bias"], cos, sin, self.n_heads, self.n_kv, *qk_norms)
             o = attend(i, q, k, v)  # (rows, heads, T, head_dim)
             h = self._post(h, o, a.o_proj.weight, a.o_proj.bias, layer.post_attention_layernorm.weight,
                            layer.post_attention_layernorm.variance_epsilon, w["gate_up_weight"], w["gate_up_bias"],
