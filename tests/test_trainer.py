@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from verl.trainer.main_ppo import CONFIG_DIR, run
 from verl.trainer.single_turn import target_char_reward
 from verl.trainer.tracking import read_jsonl
+from verl.workers.fsdp import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = "tests/data/toy_prompts.parquet"
@@ -71,7 +72,7 @@ def test_incomplete_checkpoint_named_in_the_error(tmp_path, monkeypatch):
     run(config(tmp_path, "trainer.total_steps=1", "trainer.export_hf=false", "trainer.val_before_train=false"))
     step_dir = tmp_path / "checkpoints" / "step_000001"
     (step_dir / "COMPLETE").unlink()
-    with pytest.raises(FileNotFoundError, match="step_000001"):
+    with pytest.raises(CheckpointError, match="step_000001: checkpoint is incomplete"):
         run(config(tmp_path, "trainer.total_steps=2", f"trainer.resume={step_dir}"))
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 from tqdm import tqdm
 
 from verl.algos.advantages import compute_gae, compute_grpo_advantages, place_score_on_last_token
@@ -22,14 +23,14 @@ from verl.algos.dapo import informative_groups, overlong_penalty, select_groups
 from verl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty
 from verl.algos.masked import masked_mean
 from verl.protocol import DataProto
+from verl.trainer import checkpoint
 from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env import Env, RolloutResult
 from verl.trainer.tracking import Tracker, plot_curves, timer
+from verl.workers.fsdp import CheckpointError
 from verl.workers.rollout.base import GenOutput, SamplingParams
-
-COMPLETE = "COMPLETE"  # written last into a checkpoint directory
 
 
 def _summary(prefix: str, values) -> dict[str, float]:
@@ -307,43 +308,69 @@ class PPOTrainer:
             torch.save(state, step_dir / "trainer_state.pt")
             (step_dir / "trainer_state.json").write_text(json.dumps(
                 {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value}))
-            (step_dir / COMPLETE).write_text("ok\n")
+            checkpoint.write_manifest(step_dir, self.global_step)  # last: its presence means complete
             self._prune()
         self._barrier()
         return step_dir
 
     def _prune(self):
         keep = self.cfg.trainer.max_checkpoints
-        done = sorted(p for p in (self.out_dir / "checkpoints").glob("step_*") if (p / COMPLETE).exists())
-        for old in done[:-keep] if keep else []:
+        for old in checkpoint.step_dirs(self.out_dir)[:-keep] if keep else []:
             shutil.rmtree(old, ignore_errors=True)
 
     def latest_checkpoint(self) -> Path | None:
-        """The newest checkpoint directory whose COMPLETE marker exists (a cut save is skipped)."""
-        root = self.out_dir / "checkpoints"
-        done = sorted(p for p in root.glob("step_*") if (p / COMPLETE).exists()) if root.exists() else []
-        return done[-1] if done else None
+        """The newest checkpoint directory whose manifest exists (a cut save is skipped)."""
+        dirs = checkpoint.step_dirs(self.out_dir)
+        return dirs[-1] if dirs else None
 
-    def resume(self) -> None:
-        mode = str(self.cfg.trainer.resume)
-        if mode == "none":
-            return
-        step_dir = self.latest_checkpoint() if mode == "auto" else Path(mode)
-        if step_dir is None:
-            return
-        if not (step_dir / COMPLETE).exists():
-            raise FileNotFoundError(f"{step_dir}: checkpoint is incomplete (no {COMPLETE} marker); "
-                                    f"it was cut while saving")
+    def _verify(self, step_dir: Path) -> None:
+        """checkpoint.verify on rank 0 (the files are read once); every rank gets its verdict."""
+        problem = None
+        if self.is_main:
+            try:
+                checkpoint.verify(step_dir)
+            except CheckpointError as e:
+                problem = str(e)
+        if self.dist is not None and self.dist.world_size > 1:
+            box = [problem]
+            torch.distributed.broadcast_object_list(box, src=0)
+            problem = box[0]
+        if problem:
+            raise CheckpointError(problem)
+
+    def _load(self, step_dir: Path) -> None:
         self.actor.load_checkpoint(str(step_dir / "actor"))
         if self.critic is not None:
             self.critic.load_checkpoint(str(step_dir / "critic"))
-        state = torch.load(step_dir / "trainer_state.pt", weights_only=False)
+        path = step_dir / "trainer_state.pt"
+        try:
+            state = torch.load(path, weights_only=False)
+            self.env.load_state_dict(state["env"])
+        except (Exception, CheckpointException) as e:  # torch's CheckpointException is a BaseException
+            raise CheckpointError(f"{path}: cannot read the trainer state ({type(e).__name__}: {e})") from e
         self.global_step = int(state["global_step"])
         self.gen_batches = int(state.get("gen_batches", self.global_step))  # one batch per step before DAPO
-        self.env.load_state_dict(state["env"])
         self.kl_ctrl.value = float(state["kl_coef"])  # both controllers keep it as a plain attribute
-        if self.is_main:
-            print(f"resumed from {step_dir} (step {self.global_step})", flush=True)
+
+    def resume(self) -> None:
+        """resume=auto: the newest checkpoint that verifies and loads (damaged ones are reported and
+        skipped); a step directory: that one, or CheckpointError naming what is wrong with it."""
+        mode = str(self.cfg.trainer.resume)
+        log = (lambda msg: print(msg, flush=True)) if self.is_main else (lambda msg: None)
+        if mode == "none":
+            step_dir = None
+        elif mode == "auto":
+            step_dir = checkpoint.resume_newest(self.out_dir, self._load, log, check=self._verify)
+        else:
+            step_dir = Path(mode)
+            self._verify(step_dir)
+            self._load(step_dir)
+        if self.is_main:  # the killed run's rows of the steps about to be redone
+            for path in (self.out_dir / "metrics.jsonl", self.out_dir / "rollouts.jsonl"):
+                if checkpoint.trim_jsonl(path, self.global_step):
+                    log(f"{path}: dropped the rows after step {self.global_step} (they are redone)")
+        if step_dir is not None:
+            log(f"resumed from {step_dir} (step {self.global_step})")
 
     # ------------------------------------------------------------------ main loop
     @property

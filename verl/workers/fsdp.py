@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -147,6 +148,23 @@ def verify_checkpoint(path: str) -> dict:
     return info
 
 
+def _nonfinite_weight(model: nn.Module) -> str | None:
+    """Which loaded weight holds NaN/inf (this rank's shard), agreed over ranks; None if all are finite."""
+    found = None
+    for name, t in model.state_dict().items():
+        t = t.to_local() if isinstance(t, DTensor) else t
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            found = f"weight {name} holds NaN or inf"
+            break
+    if dist.is_initialized() and dist.get_world_size() > 1:  # every rank must raise, or the others hang
+        device = next(model.parameters()).device
+        flag = torch.tensor([found is not None], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() and found is None:
+            found = "another rank's shard holds NaN or inf weights"
+    return found
+
+
 def load_checkpoint(path: str, model: nn.Module, optimizer, adapter_only: bool = False) -> dict:
     """Load what save_checkpoint wrote (any world size); returns `extra`. RNG is restored
     only when the checkpoint was written with the current world size. `adapter_only` must
@@ -169,11 +187,14 @@ def load_checkpoint(path: str, model: nn.Module, optimizer, adapter_only: bool =
         extra = torch.load(os.path.join(path, "extra.pt"), weights_only=False)
         rng_file = os.path.join(path, f"rng_rank{rank}.pt")
         rng = torch.load(rng_file, weights_only=False) if info["world_size"] == world else None
-    except Exception as e:
-        raise CheckpointError(f"could not read checkpoint {path}: {type(e).__name__}: {e}") from e
+    except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException
+        raise CheckpointError(f"could not read checkpoint {path}: {type(e).__name__}: {str(e)[:2000]}") from e
     # dcp.load already failed on any key it was asked for and did not find; the frozen ones are not asked for
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                    options=StateDictOptions(ignore_frozen_params=adapter_only, strict=not adapter_only))
+    bad = _nonfinite_weight(model)
+    if bad:
+        raise CheckpointError(f"damaged checkpoint {path}: {bad}")
     if rng is not None:
         _set_rng_state(rng)
     return extra
