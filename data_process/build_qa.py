@@ -1,17 +1,23 @@
-"""Build the router's train/val/test parquet files from the FlashRAG QA collection.
+"""Build the router's train/val/test parquet files from QA files (FlashRAG's collection or your own).
 
     python -m data_process.build_qa --out-dir data/router_r1                 # from the hub
     python -m data_process.build_qa --local-dir /data/flashrag --out-dir ...  # DIR/<name>/<split>.jsonl
+    python -m data_process.build_qa --local-dir my_qa --sources hotpotqa,mine:dev --splits test
 
 Defaults follow the paper: NQ + HotpotQA train, 7,000 each (seed 42); validation 100 +
 100; test 500 each of NQ, TriviaQA, PopQA, HotpotQA, 2WikiMultiHopQA, Musique and all of
 Bamboogle. Draws from the same source split never overlap (HotpotQA's val and test both
 come from its dev split), and the test draws come first, so the test sets do not change
-when the train or val sizes do.
+when the train or val sizes do. A source file smaller than its draws ask for is shared
+among them in proportion (with a warning); one with fewer rows than draws is an error
+before anything is drawn. `--sources` / `--splits` build a subset; a source name that is
+not one of the paper's sets is a test set (DIR/<name>/test.jsonl, or <name>:<split>).
+Input rows are read as plain JSON (see data_process/qa_files.py for the answer layouts).
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import zlib
 from collections import Counter
@@ -21,7 +27,8 @@ from typing import Callable
 
 import numpy as np
 
-from data_process.schema import DataBuildError, check_columns, clean_answers, input_problem, make_row, validate_row
+from data_process.qa_files import QUESTION_KEY, RawRow, columns_of, gold_key, gold_list, read_file
+from data_process.schema import DataBuildError, clean_answers, golds_problem, make_row, question_problem, validate_row
 from router_r1.pool.registry import ModelRegistry, RegistryError
 from router_r1.prompts import TemplateError, build_router_prompt, load_template
 
@@ -34,6 +41,8 @@ VAL_SETS = {"nq": "dev", "hotpotqa": "dev"}
 # FlashRAG has no test split for the multi-hop sets; their dev split is the test set.
 TEST_SETS = {"nq": "test", "triviaqa": "test", "popqa": "test", "hotpotqa": "dev",
              "2wikimultihopqa": "dev", "musique": "dev", "bamboogle": "test"}
+SPLITS = ("train", "val", "test")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a source name becomes a file name (test_<name>.parquet)
 
 
 @dataclass(frozen=True)
@@ -70,62 +79,145 @@ class BuildConfig:
     test_size: int = 500
     bamboogle_size: int | None = None  # None: all 125
     strict: bool = False
+    sources: tuple[str, ...] | None = None  # NAME or NAME:SPLIT; None: the paper's sets
+    splits: tuple[str, ...] = SPLITS  # which output splits to build
 
 
 @dataclass
 class BuildReport:
     files: dict[str, int] = field(default_factory=dict)  # written path -> rows
     skipped: dict[str, Counter] = field(default_factory=dict)  # "nq/train" -> {reason: count}
+    first_bad: dict[str, dict[str, str]] = field(default_factory=dict)  # "nq/train" -> {reason: "FILE line N"}
+    mapped: dict[str, str] = field(default_factory=dict)  # "nq/train" -> where the question and golds came from
     warnings: list[str] = field(default_factory=list)
 
 
+def parse_sources(names) -> dict[str, str | None]:
+    """NAME or NAME:SPLIT items -> {name: split or None}; a name must be usable in a file name."""
+    out: dict[str, str | None] = {}
+    for item in names:
+        name, _, split = item.strip().partition(":")
+        if not _NAME.fullmatch(name) or (split and not _NAME.fullmatch(split)):
+            raise DataBuildError(f"--sources: {item!r} is not NAME or NAME:SPLIT (letters, digits, _ . -)")
+        out[name] = split or None
+    return out
+
+
 def default_draws(cfg: BuildConfig) -> list[Draw]:
-    """The paper's data: tests first (see the module docstring), then val, then train."""
-    draws = [Draw("test", s, sp, cfg.bamboogle_size if s == "bamboogle" else cfg.test_size)
-             for s, sp in TEST_SETS.items()]
-    draws += [Draw("val", s, sp, cfg.val_size) for s, sp in VAL_SETS.items()]
-    draws += [Draw("train", s, "train", cfg.train_size) for s in TRAIN_SOURCES]
+    """The paper's data (or the --sources/--splits subset): tests first (see the module docstring),
+    then val, then train."""
+    bad = [s for s in cfg.splits if s not in SPLITS]
+    if bad or not cfg.splits:
+        raise DataBuildError(f"--splits: {', '.join(bad) or 'none given'}; choose from {', '.join(SPLITS)}")
+    wanted = None if cfg.sources is None else parse_sources(cfg.sources)
+    tests = dict(TEST_SETS) if wanted is None else {n: sp or TEST_SETS.get(n, "test") for n, sp in wanted.items()}
+    keep = (lambda name: True) if wanted is None else (lambda name: name in wanted)
+    draws = []
+    if "test" in cfg.splits:
+        draws += [Draw("test", s, sp, cfg.bamboogle_size if s == "bamboogle" else cfg.test_size)
+                  for s, sp in tests.items()]
+    if "val" in cfg.splits:
+        draws += [Draw("val", s, sp, cfg.val_size) for s, sp in VAL_SETS.items() if keep(s)]
+    if "train" in cfg.splits:
+        draws += [Draw("train", s, "train", cfg.train_size) for s in TRAIN_SOURCES if keep(s)]
+    if not draws:
+        raise DataBuildError(f"nothing to build: sources {', '.join(wanted)} have no {'/'.join(cfg.splits)} "
+                             f"draw (train: {', '.join(TRAIN_SOURCES)}; val: {', '.join(VAL_SETS)}; "
+                             "test: any source)")
     return draws
 
 
-def load_split(source: str, split: str, local_dir=None, cache_dir=None):
-    """One FlashRAG split as a datasets.Dataset, and a description of where it came from."""
-    import datasets
-
-    cache = str(cache_dir) if cache_dir else None
+def load_split(source: str, split: str, local_dir=None, cache_dir=None) -> tuple[list[RawRow], str]:
+    """The rows of one source split, each named by file and line, and a description of where they came from."""
     if local_dir is None:
+        import datasets
+
         where = f"{HUB_ID} {source}/{split}"
         try:
-            return datasets.load_dataset(HUB_ID, source, split=split, cache_dir=cache), where
+            ds = datasets.load_dataset(HUB_ID, source, split=split, cache_dir=str(cache_dir) if cache_dir else None)
         except Exception as e:  # network, auth and missing-config errors come in many types
             raise DataBuildError(f"{where}: cannot load ({e}); without the hub, use --local-dir DIR "
                                  f"holding DIR/{source}/{split}.jsonl") from e
+        return [RawRow(f"{where} row {i}", rec) for i, rec in enumerate(ds.to_list())], where
     base = Path(local_dir) / source
-    for ext, builder in (("jsonl", "json"), ("parquet", "parquet")):
+    for ext in ("jsonl", "parquet"):
         path = base / f"{split}.{ext}"
         if path.is_file():
-            where = f"{source}/{split} ({path})"
             try:
-                return datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=cache), where
-            except Exception as e:  # arrow and json raise several types for a bad file
-                raise DataBuildError(f"{where}: cannot read ({e})") from e
+                return read_file(path), f"{source}/{split} ({path})"
+            except OSError as e:
+                raise DataBuildError(f"{source}/{split} ({path}): cannot read ({e})") from e
     raise DataBuildError(f"{source}/{split}: neither {base / (split + '.jsonl')} nor {base / (split + '.parquet')} exists")
 
 
-def usable_items(ds, where: str, strict: bool) -> tuple[list[QAItem], Counter]:
-    """The rows with a question and gold answers, and a count of the others by reason."""
-    check_columns(ds.column_names, where)
-    ids = list(ds["id"]) if "id" in ds.column_names else [None] * len(ds)
-    items, bad = [], Counter()
-    for i, (question, answers, rid) in enumerate(zip(ds["question"], ds["golden_answers"], ids)):
-        problem = input_problem(question, answers)
+@dataclass
+class Usable:
+    """The usable rows of one source split, what was skipped (by reason), and how the golds were read."""
+
+    items: list[QAItem]
+    bad: Counter
+    first_bad: dict[str, str]  # reason -> where it first happened
+    mapped: str
+
+
+def usable_items(rows: list[RawRow], where: str, strict: bool) -> Usable:
+    """The rows with a question and gold answers, and a count of the others by reason.
+
+    Every message names the file and line; with `strict` the first bad row is an error."""
+    columns = columns_of(rows)
+    key = gold_key(rows)
+    if rows and all(r.record is None for r in rows):
+        pass  # every line unreadable: counted below, then "no usable rows"
+    elif QUESTION_KEY not in columns:
+        raise DataBuildError(f"{where}: missing column {QUESTION_KEY!r} (columns: {', '.join(columns)})")
+    elif key is None:
+        raise DataBuildError(f"{where}: missing column 'golden_answers' (or 'answers' / 'answer'; "
+                             f"columns: {', '.join(columns)})")
+    items, bad, first, shapes = [], Counter(), {}, Counter()
+    for i, r in enumerate(rows):
+        problem, rec = r.problem, r.record
+        if problem is None:
+            value = rec.get(key)
+            golds, shape = gold_list(value, key) if value is not None else (None, f"missing {key}")
+            problem = question_problem(rec.get(QUESTION_KEY)) or (shape if golds is None else golds_problem(golds, key))
         if problem is not None:
             if strict:
-                raise DataBuildError(f"{where}: row {i}: {problem} (--strict)")
-            bad[problem] += 1
+                raise DataBuildError(f"{r.where}: {problem} (--strict)")
+            reason = problem.split(" (")[0]  # the detail (byte, column) stays in first_bad's message
+            bad[reason] += 1
+            first.setdefault(reason, r.where)
             continue
-        items.append(QAItem(str(i if rid is None else rid), question.strip(), clean_answers(answers)))
-    return items, bad
+        shapes[shape] += 1
+        rid = rec.get("id")
+        items.append(QAItem(str(i if rid is None else rid), rec[QUESTION_KEY].strip(), clean_answers(golds)))
+    mapped = f"question from {QUESTION_KEY!r}, golds from {key!r} (" + ", ".join(
+        f"{n} rows: {shape}" for shape, n in shapes.most_common()) + ")"
+    return Usable(items, bad, first, mapped)
+
+
+def plan_sizes(n: int, draws: list[Draw], where: str) -> tuple[list[int], str | None]:
+    """How many rows each draw of one source split takes (in draw order), and a warning when the file
+    is smaller than asked: then each draw gets a share in proportion to its ask (at least one row)."""
+    fixed = sum(d.size for d in draws if d.size is not None)
+    asked = [d.size if d.size is not None else max(n - fixed, 0) for d in draws]  # None: all the rest
+    if sum(asked) <= n and all(asked):
+        return asked, None
+    if n < len(draws):
+        raise DataBuildError(f"{where}: {n} usable rows cannot feed {len(draws)} draws "
+                             f"({', '.join(d.split for d in draws)}); build fewer (--splits, --sources) "
+                             "or give a larger file")
+    want = [d.size if d.size is not None else n for d in draws]
+    quota = [n * w / sum(want) for w in want]
+    takes = [max(1, int(q)) for q in quota]
+    by_remainder = sorted(range(len(draws)), key=lambda i: takes[i] - quota[i])
+    for i in by_remainder[:max(0, n - sum(takes))]:  # largest remainders first
+        takes[i] += 1
+    while sum(takes) > n:  # the minimum of one row overshot: take back from the largest
+        takes[takes.index(max(takes))] -= 1
+    asks = ", ".join(f"{d.split} {'all' if d.size is None else d.size}" for d in draws)
+    gets = ", ".join(f"{d.split} {t}" for d, t in zip(draws, takes))
+    return takes, (f"{where} has {n} usable rows for draws asking {asks}; drawing {gets} "
+                   "(in proportion; set the sizes to choose)")
 
 
 def source_permutation(n: int, seed: int, source: str, split: str) -> np.ndarray:
@@ -173,27 +265,29 @@ def build(cfg: BuildConfig, draws: list[Draw] | None = None) -> BuildReport:
     groups: dict[tuple[str, str], list[Draw]] = {}
     for d in draws:
         groups.setdefault((d.source, d.source_split), []).append(d)
+    plans = []  # every file is read and every size planned before anything is drawn
     for (source, source_split), group in groups.items():
-        ds, where = load_split(source, source_split, cfg.local_dir, cfg.cache_dir)
-        items, bad = usable_items(ds, where, cfg.strict)
-        if bad:
-            report.skipped[f"{source}/{source_split}"] = bad
-        if not items:
-            raise DataBuildError(f"{where}: no usable rows ({sum(bad.values())} bad)")
+        rows, where = load_split(source, source_split, cfg.local_dir, cfg.cache_dir)
+        usable = usable_items(rows, where, cfg.strict)
+        name = f"{source}/{source_split}"
+        report.mapped[name] = usable.mapped
+        if usable.bad:
+            report.skipped[name], report.first_bad[name] = usable.bad, usable.first_bad
+        if not usable.items:
+            raise DataBuildError(f"{where}: no usable rows ({sum(usable.bad.values())} bad: "
+                                 + ", ".join(f"{r}: {n}" for r, n in usable.bad.items()) + ")")
+        takes, warning = plan_sizes(len(usable.items), group, where)
+        if warning:
+            report.warnings.append(warning)
+            print(f"warning: {warning}", file=sys.stderr)
+        plans.append((source, source_split, group, usable.items, takes))
+
+    for source, source_split, group, items, takes in plans:
         order = source_permutation(len(items), cfg.seed, source, source_split)
         start = 0
-        for d in group:
-            want = len(items) - start if d.size is None else d.size
-            take = np.sort(order[start:start + want])  # file order; the trainer shuffles
-            start += len(take)
-            if len(take) == 0:
-                raise DataBuildError(f"{d.split}: {source}/{source_split} has no rows left for this draw "
-                                     f"({len(items)} usable, all taken by the draws before it)")
-            if len(take) < want:
-                msg = (f"{d.split}: {source}/{source_split} has {len(take)} rows left of the {want} asked "
-                       f"({len(items)} usable); taking all {len(take)}")
-                report.warnings.append(msg)
-                print(f"warning: {msg}", file=sys.stderr)
+        for d, n in zip(group, takes):
+            take = np.sort(order[start:start + n])  # file order; the trainer shuffles
+            start += n
             rows = outputs.setdefault(out_name(d), [])
             for index, k in enumerate(take.tolist()):
                 item = items[k]
@@ -207,10 +301,13 @@ def build(cfg: BuildConfig, draws: list[Draw] | None = None) -> BuildReport:
 
 
 def print_summary(report: BuildReport) -> None:
+    for name, mapped in report.mapped.items():
+        print(f"read {name}: {mapped}")
     for path, n in report.files.items():
         print(f"wrote {path}: {n} rows")
     for where, bad in report.skipped.items():
-        reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(bad.items()))
+        reasons = ", ".join(f"{reason}: {n} (first at {report.first_bad[where][reason]})"
+                            for reason, n in sorted(bad.items()))
         print(f"skipped {sum(bad.values())} bad rows of {where} ({reasons})")
 
 
@@ -243,7 +340,15 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
     p.add_argument("--test-size", type=size_arg, default=500, help="rows per test source, Bamboogle aside")
     p.add_argument("--bamboogle-size", type=size_arg, default=None, help="Bamboogle test rows (default: all)")
     p.add_argument("--strict", action="store_true", help="a bad input row is an error instead of skipped")
+    p.add_argument("--sources", type=_csv, default=None, metavar="NAME[:SPLIT],...",
+                   help="build only these sources; a name not among the paper's sets is a test set read from "
+                        "<name>/test (or <name>/SPLIT)")
+    p.add_argument("--splits", type=_csv, default=SPLITS, metavar="train,val,test", help="build only these splits")
     return BuildConfig(**vars(p.parse_args(argv)))
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,9 @@ so GRPO merged groups of different prompts).
 """
 from __future__ import annotations
 
+from router_r1.reward.qa_em import normalize_answer
+
 ABILITY = "fact-reasoning"
-INPUT_COLUMNS = ("question", "golden_answers")  # FlashRAG columns the builder needs
 EXTRA_INFO_KEYS = ("split", "index", "uid", "question", "source_split", "source_id")
 
 
@@ -28,35 +29,41 @@ def make_uid(source: str, split: str, index: int) -> str:
     return f"{source}-{split}-{index}"
 
 
-def check_columns(columns: list[str], where: str, required: tuple[str, ...] = INPUT_COLUMNS) -> None:
-    """Raise naming the first required column that `where` lacks."""
-    for col in required:
-        if col not in columns:
-            raise DataBuildError(f"{where}: missing column {col!r} (columns: {', '.join(columns)})")
-
-
-def input_problem(question, answers) -> str | None:
-    """Why a FlashRAG (question, golden_answers) pair cannot be used, or None if it can."""
+def question_problem(question) -> str | None:
+    """Why a row's question cannot be used, or None if it can."""
     if question is None:
         return "missing question"
     if not isinstance(question, str):
         return f"question is a {type(question).__name__}, not a string"
     if not question.strip():
         return "empty question"
-    if answers is None:
-        return "missing golden_answers"
-    if not isinstance(answers, list):
-        return f"golden_answers is a {type(answers).__name__}, not a list"
-    if not all(isinstance(a, str) for a in answers):
-        return "golden_answers holds a non-string"
-    if not any(a.strip() for a in answers):
-        return "empty golden_answers"
     return None
 
 
+def golds_problem(answers: list, key: str = "golden_answers") -> str | None:
+    """Why a list of gold answers cannot be used, or None if at least one usable gold remains."""
+    if not all(isinstance(a, str) for a in answers):
+        return f"{key} holds a non-string"
+    if not clean_answers(answers):
+        return f"empty {key}"  # nothing left but blanks and golds like "The" or "?!" (see clean_answers)
+    return None
+
+
+def input_problem(question, answers, key: str = "golden_answers") -> str | None:
+    """Why a (question, golds) pair cannot be used, or None if it can; `answers` must be a list."""
+    if (p := question_problem(question)) is not None:
+        return p
+    if answers is None:
+        return f"missing {key}"
+    if not isinstance(answers, list):
+        return f"{key} is a {type(answers).__name__}, not a list"
+    return golds_problem(answers, key)
+
+
 def clean_answers(answers: list[str]) -> list[str]:
-    """Gold strings without surrounding space, blanks and duplicates (first order kept)."""
-    return list(dict.fromkeys(a.strip() for a in answers if a.strip()))
+    """Gold strings without surrounding space and duplicates (first order kept), and without golds that
+    normalise to nothing ("", "The", "?!"): an empty answer would match those (EM 1)."""
+    return list(dict.fromkeys(a.strip() for a in answers if normalize_answer(a)))
 
 
 def make_row(source: str, split: str, index: int, question: str, answers: list[str],

@@ -115,7 +115,7 @@ def test_same_seed_same_bytes_other_seed_other_sample(tmp_path, hf_cache, built)
 def test_too_few_rows_takes_all_and_warns_with_counts(tmp_path, hf_cache, capsys):
     report = build(_cfg(tmp_path, hf_cache, train_size=100), draws=[Draw("train", "nq", "train", 100)])
     assert report.files == {str(tmp_path / "train.parquet"): 8}
-    assert "8 rows left of the 100 asked" in capsys.readouterr().err
+    assert "has 8 usable rows for draws asking train 100; drawing train 8" in capsys.readouterr().err
     assert len(report.warnings) == 1
 
 
@@ -130,14 +130,17 @@ def bad_dir(tmp_path):
 
 def test_bad_rows_are_skipped_and_counted(tmp_path, hf_cache, bad_dir, capsys):
     assert main(["--local-dir", str(bad_dir), "--out-dir", str(tmp_path / "out"), "--cache-dir", str(hf_cache),
-                 "--train-size", "3", "--val-size", "2", "--test-size", "3"]) == 0
+                 "--train-size", "4", "--val-size", "2", "--test-size", "3"]) == 0
     printed = capsys.readouterr().out
-    assert "skipped 5 bad rows of nq/train" in printed
-    for reason in ("missing question: 1", "empty question: 1", "empty golden_answers: 1",
-                   "missing golden_answers: 1", "golden_answers is a str, not a list: 1"):
-        assert reason in printed
+    assert "skipped 4 bad rows of nq/train" in printed
+    path = bad_dir / "nq" / "train.jsonl"
+    for reason, line in (("missing question", 2), ("empty question", 4), ("empty golden_answers", 5),
+                         ("missing golden_answers", 7)):
+        assert f"{reason}: 1 (first at {path} line {line})" in printed
+    assert "read nq/train: question from 'question', golds from 'golden_answers' (3 rows: a list, " \
+           "1 rows: a string, read as one gold)" in printed
     nq = [r for r in _rows(tmp_path / "out" / "train.parquet") if r["data_source"] == "nq"]
-    assert sorted(r["extra_info"]["source_id"] for r in nq) == ["train_0", "train_2", "train_7"]
+    assert sorted(r["extra_info"]["source_id"] for r in nq) == ["train_0", "train_2", "train_5", "train_7"]
 
 
 def test_strict_turns_a_bad_row_into_an_error_naming_it(tmp_path, bad_dir):
@@ -149,15 +152,19 @@ def test_strict_turns_a_bad_row_into_an_error_naming_it(tmp_path, bad_dir):
         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
-    assert "error: nq/train" in proc.stderr and "row 1: missing question (--strict)" in proc.stderr
+    assert f"error: {bad_dir / 'nq' / 'train.jsonl'} line 2: missing question (--strict)" in proc.stderr
     assert not (tmp_path / "out" / "train.parquet").exists()
 
 
 def test_missing_column_is_an_error_naming_it(tmp_path, hf_cache):
     (tmp_path / "nq").mkdir()
-    rows = [{"id": "q0", "question": "who wrote hamlet", "answers": ["Shakespeare"]}]
+    rows = [{"id": "q0", "question": "who wrote hamlet", "label": ["Shakespeare"]}]
     (tmp_path / "nq" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(DataBuildError, match=r"nq/train .*train\.jsonl.*missing column 'golden_answers'"):
+    with pytest.raises(DataBuildError, match=r"nq/train .*train\.jsonl.*missing column 'golden_answers' "
+                                             r"\(or 'answers' / 'answer'; columns: id, question, label\)"):
+        build(_cfg(tmp_path / "out", hf_cache, local_dir=tmp_path), draws=[Draw("train", "nq", "train", 1)])
+    (tmp_path / "nq" / "train.jsonl").write_text(json.dumps({"query": "q", "answer": "a"}) + "\n")
+    with pytest.raises(DataBuildError, match=r"train\.jsonl\): missing column 'question' \(columns: query, answer\)"):
         build(_cfg(tmp_path / "out", hf_cache, local_dir=tmp_path), draws=[Draw("train", "nq", "train", 1)])
     with pytest.raises(DataBuildError, match=r"neither .*popqa/test\.jsonl nor .*popqa/test\.parquet"):
         build(_cfg(tmp_path / "out", hf_cache, local_dir=tmp_path), draws=[Draw("test", "popqa", "test", 1)])
@@ -214,13 +221,14 @@ def test_prompt_dataset_loads_the_train_file(built):
 
 
 def test_input_problem_and_validate_row():
-    assert input_problem("q?", ["a"]) is None
-    assert input_problem(None, ["a"]) == "missing question"
-    assert input_problem("  ", ["a"]) == "empty question"
+    assert input_problem("q?", ["x"]) is None
+    assert input_problem(None, ["x"]) == "missing question"
+    assert input_problem("  ", ["x"]) == "empty question"
     assert input_problem("q?", None) == "missing golden_answers"
     assert input_problem("q?", ["", " "]) == "empty golden_answers"
-    assert input_problem("q?", "a") == "golden_answers is a str, not a list"
-    assert input_problem("q?", ["a", 3]) == "golden_answers holds a non-string"
+    assert input_problem("q?", "x") == "golden_answers is a str, not a list"
+    assert input_problem("q?", ["x", 3]) == "golden_answers holds a non-string"
+    assert input_problem("q?", ["The", "?!", ""], "answer") == "empty answer"  # nothing that EM could require
     prompt = [{"role": "user", "content": "Q: q?"}]
     row = make_row("nq", "train", 4, "q?", ["a"], prompt, "train", "train_9")
     validate_row(row, "row")
@@ -233,10 +241,24 @@ def test_input_problem_and_validate_row():
         validate_row(row, "here")
 
 
-def test_a_draw_with_nothing_left_is_an_error(tmp_path, hf_cache):
-    draws = [Draw("test", "hotpotqa", "dev", None), Draw("val", "hotpotqa", "dev", 2)]
-    with pytest.raises(DataBuildError, match=r"val: hotpotqa/dev has no rows left .*8 usable"):
-        build(_cfg(tmp_path, hf_cache), draws=draws)
+def test_draws_share_a_small_file_and_too_few_rows_fail_before_drawing(tmp_path, hf_cache, capsys):
+    # hotpotqa/dev (8 rows) feeds test and val: the paper's 500 + 100 become 7 + 1, with a warning
+    report = build(_cfg(tmp_path / "a", hf_cache, test_size=500, val_size=100),
+                   draws=[Draw("test", "hotpotqa", "dev", 500), Draw("val", "hotpotqa", "dev", 100)])
+    assert sorted(report.files.values()) == [1, 7]
+    assert "drawing test 7, val 1 (in proportion" in capsys.readouterr().err
+    # "all" takes the rest after the sized draws
+    report = build(_cfg(tmp_path / "b", hf_cache),
+                   draws=[Draw("test", "hotpotqa", "dev", None), Draw("val", "hotpotqa", "dev", 2)])
+    assert report.files == {str(tmp_path / "b" / "val.parquet"): 2, str(tmp_path / "b" / "test_hotpotqa.parquet"): 6}
+    assert not report.warnings
+    one = tmp_path / "one" / "hotpotqa"
+    one.mkdir(parents=True)
+    (one / "dev.jsonl").write_text(json.dumps({"question": "q?", "answer": "Lima"}) + "\n")
+    with pytest.raises(DataBuildError, match=r"1 usable rows cannot feed 2 draws \(test, val\)"):
+        build(_cfg(tmp_path / "c", hf_cache, local_dir=one.parent),
+              draws=[Draw("test", "hotpotqa", "dev", None), Draw("val", "hotpotqa", "dev", 2)])
+    assert not (tmp_path / "c").exists()
 
 
 # ---- the simulated world's data (data_process.sim_qa) -------------------------------------

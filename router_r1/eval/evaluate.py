@@ -36,6 +36,7 @@ import argparse
 import glob
 import itertools
 import math
+import re
 import sys
 import time
 import urllib.error
@@ -164,6 +165,34 @@ def _row(rec: dict, where: str, fallback_uid: str) -> EvalRow:
     info = rec.get("extra_info") or {}
     question = info.get("question") if isinstance(info.get("question"), str) else None
     return EvalRow(str(info.get("uid") or fallback_uid), source, golds, messages, question, where)
+
+
+# One pool line of a router prompt, as prompts.pool_descriptors writes it: "- NAME ($PRICE per 1M output tokens)".
+_LISTED_MODEL = re.compile(r"^- (.+?) \(\$[0-9.eE+-]+ per 1M output tokens\)", re.MULTILINE)
+
+
+def prompt_pool_mismatch(rows: list[EvalRow], registry: ModelRegistry) -> str | None:
+    """A warning when the rows' prompts list models that the evaluation pool lacks (the policy would
+    route to them and get invalid actions), or when the pool offers models no prompt lists."""
+    listed: dict[str, str] = {}  # name -> first row listing it
+    for row in rows:
+        for m in row.messages:
+            for name in _LISTED_MODEL.findall(m["content"]):
+                listed.setdefault(name, row.where)
+    if not listed:  # a custom template without the pool list: nothing to compare
+        return None
+    missing = [n for n in listed if registry.resolve(n) is None]
+    unlisted = [n for n in registry.names if not any(registry.resolve(x) is registry[n] for x in listed)]
+    if not missing and not unlisted:
+        return None
+    parts = []
+    if missing:
+        parts.append(f"the prompts list {', '.join(missing)} (first in {listed[missing[0]]}), which the "
+                     "evaluation pool does not have: a route there is an invalid action")
+    if unlisted:
+        parts.append(f"the pool's {', '.join(unlisted)} appear in no prompt")
+    return ("the data was built for another pool: " + "; ".join(parts) + ". Rebuild the data with this pool "
+            "(python -m data_process.build_qa --pool POOL.yaml)")
 
 
 def questions_of(rows: list[EvalRow], label: str) -> list[str]:
@@ -554,6 +583,10 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
                    call_timeout_s=cfg.pool_timeout_s, deadline_s=cfg.pool_deadline_s,
                    concurrency=cfg.pool_concurrency) as pool:
         runs = plan_runs(cfg, parse_baselines(cfg.baselines, pool.full, pool.registry))
+        if any(r.kind in ("router", "prompt-llm") for r in runs) and not (cfg.budget is not None and cfg.budget_text):
+            mismatch = prompt_pool_mismatch(rows, pool.registry)  # these runs use the rows' own prompts
+            if mismatch:
+                log(f"WARNING: {mismatch}")
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "trajectories.jsonl").write_text("")
         summaries, loaded = [], (None, None)

@@ -1,0 +1,103 @@
+"""build_qa on the files users bring: the common answer layouts, a subset of sources and splits,
+bytes that are not UTF-8 and rows whose golds are not strings (real jsonl/parquet files)."""
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from data_process.build_qa import main
+from data_process.schema import DataBuildError
+
+REPO = Path(__file__).resolve().parents[1]
+FLASHRAG = REPO / "tests" / "data" / "flashrag"
+QUESTIONS = ["Who wrote Hamlet?", "What is the capital of Peru?", "Which planet has rings?"]
+
+
+def _jsonl(path: Path, rows: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _golds(path: Path) -> dict[str, list[str]]:
+    rows = pq.read_table(path).to_pylist()
+    return {r["extra_info"]["question"]: r["reward_model"]["ground_truth"]["target"] for r in rows}
+
+
+def _build(tmp_path, *args):
+    return main(["--out-dir", str(tmp_path / "out"), *map(str, args)])
+
+
+def test_each_answer_layout_is_read_and_named(tmp_path, capsys):
+    src = tmp_path / "in"
+    golds = [["William Shakespeare", "Shakespeare"], ["Lima"], ["Saturn"]]
+    _jsonl(src / "flash" / "test.jsonl", [{"question": q, "golden_answers": g} for q, g in zip(QUESTIONS, golds)])
+    _jsonl(src / "r1s" / "test.jsonl", [{"question": q, "answer": g[0]} for q, g in zip(QUESTIONS, golds)])  # R1-Searcher
+    _jsonl(src / "lists" / "dev.jsonl", [{"question": q, "answer": g} for q, g in zip(QUESTIONS, golds)])
+    _jsonl(src / "squad" / "test.jsonl", [{"question": q, "answers": {"text": g, "answer_start": [0] * len(g)}}
+                                          for q, g in zip(QUESTIONS, golds)])
+    (src / "pq").mkdir()
+    pd.DataFrame({"question": QUESTIONS, "answers": golds}).to_parquet(src / "pq" / "test.parquet")
+    assert _build(tmp_path, "--local-dir", src, "--sources", "flash,r1s,lists:dev,squad,pq", "--splits", "test") == 0
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [f"test_{n}.parquet" for n in ("flash", "lists", "pq", "r1s", "squad")]
+    want = dict(zip(QUESTIONS, golds))
+    for name in ("flash", "lists", "pq", "squad"):
+        assert _golds(out / f"test_{name}.parquet") == want, name
+    assert _golds(out / "test_r1s.parquet") == {q: g[:1] for q, g in want.items()}
+    assert {r["data_source"] for r in pq.read_table(out / "test_lists.parquet").to_pylist()} == {"lists"}
+    printed = capsys.readouterr().out
+    assert "read r1s/test: question from 'question', golds from 'answer' (3 rows: a string, read as one gold)" in printed
+    assert "read squad/test: question from 'question', golds from 'answers' (3 rows: SQuAD's {text: [...]})" in printed
+    assert "read flash/test: question from 'question', golds from 'golden_answers' (3 rows: a list)" in printed
+
+
+def test_a_subset_of_sources_and_splits(tmp_path, capsys):
+    assert _build(tmp_path, "--local-dir", FLASHRAG, "--sources", "hotpotqa", "--splits", "val,test") == 0
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["test_hotpotqa.parquet", "val.parquet"]
+    val, test = pq.read_table(out / "val.parquet").to_pylist(), pq.read_table(out / "test_hotpotqa.parquet").to_pylist()
+    assert {r["data_source"] for r in val + test} == {"hotpotqa"}
+    assert len(val) + len(test) == 8  # the 8-row dev file shared in proportion (500 : 100)
+    assert not {r["extra_info"]["source_id"] for r in val} & {r["extra_info"]["source_id"] for r in test}
+    assert "in proportion" in capsys.readouterr().err
+    assert _build(tmp_path / "x", "--local-dir", FLASHRAG, "--splits", "train,dev") == 1
+    assert "error: --splits: dev; choose from train, val, test" in capsys.readouterr().err
+    assert _build(tmp_path / "x", "--local-dir", FLASHRAG, "--sources", "bamboogle", "--splits", "train") == 1
+    assert "nothing to build: sources bamboogle have no train draw" in capsys.readouterr().err
+
+
+def test_bytes_that_are_not_utf8_are_a_bad_row_named_by_file_and_line(tmp_path, capsys):
+    path = tmp_path / "in" / "mine" / "test.jsonl"
+    path.parent.mkdir(parents=True)
+    good = [json.dumps({"question": q, "answer": "x"}).encode() for q in QUESTIONS]
+    path.write_bytes(good[0] + b"\n" + b'{"question": "caf\xe9?", "answer": "x"}\n' + b"\n".join(good[1:]) + b"\n")
+    assert _build(tmp_path, "--local-dir", tmp_path / "in", "--sources", "mine", "--splits", "test") == 0
+    assert "skipped 1 bad rows of mine/test (not UTF-8: 1 (first at " f"{path} line 2))" in capsys.readouterr().out
+    assert len(_golds(tmp_path / "out" / "test_mine.parquet")) == 3
+    assert _build(tmp_path, "--local-dir", tmp_path / "in", "--sources", "mine", "--strict") == 1
+    assert f"error: {path} line 2: not UTF-8 (byte 0xe9 at column 18) (--strict)" in capsys.readouterr().err
+
+
+def test_one_row_of_numeric_golds_does_not_retype_the_others(tmp_path, capsys):
+    # datasets' json builder inferred one column type for all rows from such a file and dropped all three
+    path = _jsonl(tmp_path / "in" / "years" / "test.jsonl",
+                  [{"question": QUESTIONS[0], "golden_answers": ["1603"]},
+                   {"question": QUESTIONS[1], "golden_answers": [1990]},
+                   {"question": QUESTIONS[2], "golden_answers": ["1610", "the year 1610"]}])
+    assert _build(tmp_path, "--local-dir", tmp_path / "in", "--sources", "years", "--splits", "test") == 0
+    assert _golds(tmp_path / "out" / "test_years.parquet") == {QUESTIONS[0]: ["1603"],
+                                                               QUESTIONS[2]: ["1610", "the year 1610"]}
+    assert f"golden_answers holds a non-string: 1 (first at {path} line 2)" in capsys.readouterr().out
+    assert _build(tmp_path, "--local-dir", tmp_path / "in", "--sources", "years", "--strict") == 1
+    assert f"error: {path} line 2: golden_answers holds a non-string (--strict)" in capsys.readouterr().err
+
+
+def test_bad_source_names_are_refused():
+    from data_process.build_qa import parse_sources
+
+    assert parse_sources(["mine", "hotpotqa:dev"]) == {"mine": None, "hotpotqa": "dev"}
+    with pytest.raises(DataBuildError, match=r"'\.\./x' is not NAME or NAME:SPLIT"):
+        parse_sources(["../x"])
