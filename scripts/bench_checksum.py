@@ -65,12 +65,12 @@ def main() -> None:
     sizes = {"3B actor + critic (fp32 weights + AdamW)": 2 * 12 * QWEN25_3B_PARAMS,
              "3B actor only": 12 * QWEN25_3B_PARAMS,
              "3B bf16 weights only": 2 * QWEN25_3B_PARAMS}
-    print("extrapolated (hash once at save, once at resume; N files hash in parallel on N cores):")
+    print("extrapolated, hashed once at save and once at resume; the shard files hash in parallel, one thread each")
+    print("(2 files on one GPU: actor, critic; 16 on 8 ranks, if that many cores and the disk keep up):")
     for label, size in sizes.items():
         xs = size / rates["xxh3_128"] / 1e9
-        print(f"  {label:<42} {size / 1e9:5.1f} GB: xxh3 {xs:6.1f} s one core, {xs / 8:5.1f} s on 8 cores;"
-              f" sha256 {size / rates['sha256'] / 1e9:6.1f} s one core")
-
+        print(f"  {label:<42} {size / 1e9:5.1f} GB: xxh3 {xs:6.1f} s on one thread, {xs / 2:5.1f} s as 2 files, "
+              f"{xs / 16:5.1f} s as 16; sha256 {size / rates['sha256'] / 1e9:6.1f} s on one thread")
 
 if __name__ == "__main__":
     main()
