@@ -101,3 +101,25 @@ def test_bad_source_names_are_refused():
     assert parse_sources(["mine", "hotpotqa:dev"]) == {"mine": None, "hotpotqa": "dev"}
     with pytest.raises(DataBuildError, match=r"'\.\./x' is not NAME or NAME:SPLIT"):
         parse_sources(["../x"])
+
+
+def test_hub_rows_go_through_the_same_reading(tmp_path, monkeypatch, capsys):
+    """Without --local-dir the rows come from datasets.load_dataset (here its real json builder on a
+    local file, as the hub cannot be reached) and are checked and named like a file's."""
+    import datasets
+
+    path = _jsonl(tmp_path / "hub" / "bamboogle.jsonl",
+                  [{"id": "b0", "question": QUESTIONS[0], "golden_answers": ["Shakespeare"]},
+                   {"id": "b1", "question": "", "golden_answers": ["x"]}])
+    real = datasets.load_dataset
+    asked = []
+
+    def load_dataset(name, config=None, split=None, cache_dir=None):
+        asked.append((name, config, split))
+        return real("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    assert main(["--out-dir", str(tmp_path / "out"), "--sources", "bamboogle", "--splits", "test"]) == 0
+    assert asked == [("RUC-NLPIR/FlashRAG_datasets", "bamboogle", "test")]
+    assert _golds(tmp_path / "out" / "test_bamboogle.parquet") == {QUESTIONS[0]: ["Shakespeare"]}
+    assert "empty question: 1 (first at RUC-NLPIR/FlashRAG_datasets bamboogle/test row 1)" in capsys.readouterr().out
