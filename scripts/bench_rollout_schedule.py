@@ -1,12 +1,25 @@
-"""Rollout step time: overlapped schedule vs turn-synchronous schedule, side by side.
+"""Rollout time under each schedule, side by side in one run, on one emulated engine.
 
-Both schedules run the same episodes (a scripted router that routes every hop of a
-simulated question, then answers) against the real simulated pool server with realistic
-latency (about 0.5-3 s per call with a heavy tail, `--latency-scale`). Generation is
-emulated by a sleep of `gen_fixed + gen_per_row * rows` per call, the shape of batched
-GPU decoding, so the measurement isolates the schedule.
+Every mode plays the same episodes (a scripted router that routes each hop of a simulated
+question to the 70B expert, then answers) against the real simulated pool server with
+realistic latency (about 0.5-3 s per call with a heavy tail at `--latency-scale 2`). Each
+run gets a fresh server with the repeat's seed, so every mode draws the same latencies (the
+server's latency stream, handed out in arrival order); repeats draw new ones.
+The engine is emulated with one cost model for all modes, the shape of GPU decoding:
+a decode step costs `step_ms + step_row_us * rows`, a prefill `prefill_us` per token
+(defaults: 5 ms + 25 us/row, about the H200's 3B hf_static rate of 22.3k tok/s at 256 rows
+in docs/results; 10 us/token prefill).
 
-    python scripts/bench_rollout_schedule.py [--batch 64] [--latency-scale 4] [--repeats 2]
+    sync          every turn: one batch generate for all live episodes, then all pool calls
+    overlap       the earlier queue: a batch generate for whoever is ready (share/wait knobs)
+    per-episode   one coroutine per episode over `as_async` of the batch engine
+    continuous    one coroutine per episode over SlotEngine (the hf_static scheduler itself,
+                  on an emulated runner): requests join/leave at step boundaries and a later
+                  turn prefills only the tokens its slot does not already hold
+
+    python scripts/bench_rollout_schedule.py [--batch 64] [--latency-scale 2] [--repeats 2]
+
+Ends with one line per mode: `speedup <mode> vs sync: N.NNx`.
 """
 from __future__ import annotations
 
@@ -14,7 +27,10 @@ import argparse
 import statistics
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -23,49 +39,124 @@ from router_r1.pool.client import PoolClient  # noqa: E402
 from router_r1.pool.registry import ModelRegistry  # noqa: E402
 from router_r1.pool.server import ServerThread, SimBackend  # noqa: E402
 from router_r1.pool.sim_world import SimWorld  # noqa: E402
+from router_r1.prompts import build_router_prompt  # noqa: E402
 from router_r1.reward.score import RewardConfig  # noqa: E402
 from router_r1.rollout.manager import RouterConfig, RouterEnv  # noqa: E402
 from verl.trainer.dataset import PromptRow  # noqa: E402
 from verl.utils.tiny import tiny_tokenizer  # noqa: E402
-from verl.workers.rollout.base import GenOutput, SamplingParams  # noqa: E402
+from verl.workers.rollout.base import GenOutput, SamplingParams, as_async  # noqa: E402
+from verl.workers.rollout.slot_engine import SlotEngine  # noqa: E402
 
 SIM = ROOT / "configs" / "pool" / "sim.yaml"
 ROUTE_TO = "LLaMA-3.1-70B-Instruct"
+MODES = ("sync", "overlap", "per-episode", "continuous")
+THINK = "I should ask a bigger model about this part of the question before I answer it."
 
 
-def scripted_generate(tok, questions, gen_fixed: float, gen_per_row: float, calls: list):
-    def generate(prompts, sampling):
-        time.sleep(gen_fixed + gen_per_row * len(prompts))
-        calls.append(len(prompts))
-        outs = []
-        for ids in prompts:
-            q = questions[ids[0]]  # the first prompt token is the question index (see rows below)
-            seen = tok.decode(ids[1:]).count("<information>")
+class Script:
+    """The scripted policy: the next turn's tokens from an episode's context."""
+
+    def __init__(self, tok, questions, prompt_len: int):
+        self.tok, self.questions, self.prompt_len = tok, questions, prompt_len
+        self._cache: dict[tuple[int, int], list[int]] = {}
+
+    def hop_of(self, ids: list[int]) -> tuple[int, int]:
+        q = ids[0]  # the first prompt token is the question index (see rows below)
+        return q, self.tok.decode(ids[self.prompt_len:]).count("<information>")
+
+    def turn(self, ids: list[int]) -> list[int]:
+        key = self.hop_of(ids)
+        if key not in self._cache:
+            q = self.questions[key[0]]
+            seen = key[1]
             if seen < len(q.hops):
-                text = f"<think>hop {seen}</think><search>{ROUTE_TO}: {q.hops[seen].sub_question}</search>"
+                text = f"<think>hop {seen}: {THINK}</think><search>{ROUTE_TO}: {q.hops[seen].sub_question}</search>"
             else:
-                text = f"<think>done</think><answer>{q.answers[0]}</answer>"
-            outs.append(GenOutput(tok(text, add_special_tokens=False)["input_ids"], "stop"))
-        return outs
+                text = f"<think>done: {THINK}</think><answer>{q.answers[0]}</answer>"
+            self._cache[key] = self.tok(text, add_special_tokens=False)["input_ids"]
+        return self._cache[key]
 
+
+class Cost:
+    def __init__(self, args):
+        self.step_s, self.row_s, self.prefill_s = args.step_ms / 1e3, args.step_row_us / 1e6, args.prefill_us / 1e6
+        self.prefill_tokens = 0
+        self.steps = 0
+
+    def prefill(self, n_tokens: int) -> None:
+        self.prefill_tokens += n_tokens
+        time.sleep(self.prefill_s * n_tokens)
+
+    def step(self, rows: int, n: int = 1) -> None:
+        self.steps += n
+        time.sleep(n * (self.step_s + self.row_s * rows))
+
+
+def batch_engine(script: Script, cost: Cost, calls: list):
+    """A batch generate: prefill every prompt whole, then decode until the longest turn ends."""
+    def generate(prompts, sampling):
+        turns = [script.turn(p) for p in prompts]
+        cost.prefill(sum(len(p) for p in prompts))
+        cost.step(len(prompts), max(len(t) for t in turns) - 1)
+        calls.append(len(prompts))
+        return [GenOutput(t, "stop") for t in turns]
     return generate
 
 
-def run_once(schedule: str, url: str, tok, questions, args) -> tuple[float, int]:
+class EmulatedSlots:
+    """A SlotRunner whose model is the script: same interface and bookkeeping as SlotRollout."""
+
+    def __init__(self, script: Script, cost: Cost, n_slots: int, max_len: int, pad: int):
+        self.script, self.cost, self.n_slots, self.max_len, self.pad = script, cost, n_slots, max_len, pad
+        self.out: list[list[int]] = [[] for _ in range(n_slots)]
+        self.turn: list[list[int]] = [[] for _ in range(n_slots)]
+        self.active = [False] * n_slots
+        self.prefill_by_hop: dict[int, list[tuple[int, int]]] = defaultdict(list)  # hop -> (prefilled, prompt)
+
+    def start(self, slot, ids, reuse, sampling, u) -> None:
+        self.cost.prefill(len(ids) - reuse)
+        self.prefill_by_hop[self.script.hop_of(ids)[1]].append((len(ids) - reuse, len(ids)))
+        self.turn[slot] = self.script.turn(ids)
+        self.out[slot] = self.turn[slot][:1]
+        self.active[slot] = True
+
+    def steps(self, n, sampling) -> None:
+        live = [s for s in range(self.n_slots) if self.active[s]]
+        self.cost.step(len(live), n)
+        for s in live:
+            t = self.turn[s]
+            k = len(self.out[s])
+            self.out[s] += t[k:k + n] + [self.pad] * max(0, k + n - len(t))
+
+    def read(self, slots, starts):
+        return [(self.out[s][a:], [0.0] * (len(self.out[s]) - a)) for s, a in zip(slots, starts)]
+
+    def stop(self, slot) -> None:
+        self.active[slot] = False
+
+
+def run_once(mode: str, url: str, tok, rows, script: Script, args) -> dict:
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
-    env = RouterEnv(RouterConfig(max_turns=4, max_obs_length=64, response_length=64, max_response_length=2048,
-                                 schedule=schedule, overlap_min_ready=args.min_ready,
-                                 overlap_max_wait_s=args.max_wait), tok, registry, PoolClient(registry, max_concurrency_per_endpoint=args.concurrency),
-                    RewardConfig())
-    rows = [PromptRow([i], f"q{i}", {}) for i in range(len(questions))]
-    calls: list[int] = []
-    gen = scripted_generate(tok, questions, args.gen_fixed, args.gen_per_row, calls)
+    schedule = {"per-episode": "continuous"}.get(mode, mode)
+    env = RouterEnv(RouterConfig(max_turns=4, max_obs_length=64, response_length=128, max_response_length=2048,
+                                 schedule=schedule, overlap_min_ready=args.min_ready, overlap_max_wait_s=args.max_wait),
+                    tok, registry, PoolClient(registry, max_concurrency_per_endpoint=args.concurrency), RewardConfig())
+    cost, calls = Cost(args), []
+    engine, slots = batch_engine(script, cost, calls), None
+    if mode == "per-episode":
+        engine = as_async(engine)
+    elif mode == "continuous":
+        slots = EmulatedSlots(script, cost, n_slots=len(rows), max_len=1 << 16, pad=tok.pad_token_id)
+        engine = SlotEngine(slots, tok, eos_ids=[], chunk=args.chunk)
     t0 = time.perf_counter()
-    result = env.rollout(rows, gen, SamplingParams(max_new_tokens=64), validate=False)
+    result = env.rollout(rows, engine, SamplingParams(max_new_tokens=128), validate=False)
     elapsed = time.perf_counter() - t0
     env.client.close()
-    assert sum(result.info["route_count"]) == sum(len(q.hops) for q in questions)
-    return elapsed, len(calls)
+    want = sum(len(q.hops) for q in script.questions)
+    if sum(result.info["route_count"]) != want:
+        raise RuntimeError(f"{mode}: {sum(result.info['route_count'])} pool calls, expected {want}")
+    return {"s": elapsed, "prefill": cost.prefill_tokens, "steps": cost.steps, "calls": len(calls),
+            "by_hop": slots.prefill_by_hop if slots else None, "responses": result.response_ids}
 
 
 def main() -> None:
@@ -73,32 +164,61 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--latency-scale", type=float, default=2.0,
                    help="x the sim profiles' latency (the 70B expert: ~1.3 s median at 2, tail x6)")
-    p.add_argument("--gen-fixed", type=float, default=0.3, help="seconds per generate call")
-    p.add_argument("--gen-per-row", type=float, default=0.002, help="extra seconds per row in a call")
+    p.add_argument("--step-ms", type=float, default=5.0, help="fixed milliseconds per decode step")
+    p.add_argument("--step-row-us", type=float, default=25.0, help="extra microseconds per row in a step")
+    p.add_argument("--prefill-us", type=float, default=10.0, help="microseconds per prefilled token")
+    p.add_argument("--chunk", type=int, default=8, help="continuous: decode steps between joins")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--concurrency", type=int, default=128, help="client's concurrent calls per endpoint")
-    p.add_argument("--min-ready", type=float, default=0.5, help="RouterConfig.overlap_min_ready")
-    p.add_argument("--max-wait", type=float, default=0.5, help="RouterConfig.overlap_max_wait_s")
+    p.add_argument("--min-ready", type=float, default=0.5, help="overlap: RouterConfig.overlap_min_ready")
+    p.add_argument("--max-wait", type=float, default=0.5, help="overlap: RouterConfig.overlap_max_wait_s")
     p.add_argument("--two-hop-frac", type=float, default=0.5)
+    p.add_argument("--modes", default=",".join(MODES))
     args = p.parse_args()
+    modes = args.modes.split(",")
+    torch.set_num_threads(1)
 
     tok = tiny_tokenizer()
     questions = SimWorld(seed=0).questions(args.batch, seed=7, split="test", two_hop_frac=args.two_hop_frac)
-    times = {"sync": [], "overlap": []}
-    gens = {}
-    with ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=args.latency_scale)) as srv:
-        for _ in range(args.repeats):
-            for schedule in ("sync", "overlap"):  # interleaved, so drift hits both
-                t, n_gen = run_once(schedule, srv.url, tok, questions, args)
-                times[schedule].append(t)
-                gens[schedule] = n_gen
-    sync, over = statistics.median(times["sync"]), statistics.median(times["overlap"])
-    print(f"batch {args.batch}, pool latency x{args.latency_scale}, generation {args.gen_fixed}s + "
-          f"{args.gen_per_row * 1000:.1f}ms/row, {args.repeats} repeats (median)")
-    print(f"{'schedule':<10} {'rollout s':>10} {'generate calls':>15}")
-    print(f"{'sync':<10} {sync:>10.2f} {gens['sync']:>15}")
-    print(f"{'overlap':<10} {over:>10.2f} {gens['overlap']:>15}")
-    print(f"speed-up of overlap over sync: {sync / over:.2f}x")
+    registry = ModelRegistry.from_yaml(SIM, base_url="http://unused").seen()
+    text = tok.apply_chat_template(build_router_prompt("{question}", registry), add_generation_prompt=True,
+                                   tokenize=False)
+    body = tok(text, add_special_tokens=False)["input_ids"]
+    rows = [PromptRow([i] + body, f"q{i}", {}) for i in range(len(questions))]
+    script = Script(tok, questions, prompt_len=1 + len(body))
+    runs: dict[str, list[dict]] = {m: [] for m in modes}
+    for rep in range(args.repeats):
+        for mode in modes:  # interleaved, so drift hits every mode
+            with ServerThread(SimBackend.from_pool_yaml(SIM, seed=rep, latency_scale=args.latency_scale)) as srv:
+                runs[mode].append(run_once(mode, srv.url, tok, rows, script, args))
+    first = runs[modes[0]][0]["responses"]
+    for m in modes:
+        if any(r["responses"] != first for r in runs[m]):
+            raise RuntimeError(f"{m}: episodes differ from {modes[0]}'s")
+
+    hops = sum(len(q.hops) for q in questions)
+    print(f"batch {args.batch} ({hops} pool calls, prompt {1 + len(body)} tokens), pool latency x{args.latency_scale}, "
+          f"step {args.step_ms} ms + {args.step_row_us} us/row, prefill {args.prefill_us} us/token, "
+          f"{args.repeats} repeats (median; latency seeds 0..{args.repeats - 1})")
+    print(f"{'mode':<12} {'rollout s':>10} {'per repeat':>24} {'gen calls':>10} {'steps':>7} {'prefill tok':>12}")
+    med = {m: statistics.median(r["s"] for r in runs[m]) for m in modes}
+    for m in modes:
+        r = runs[m][-1]
+        each = " ".join(f"{x['s']:.1f}" for x in runs[m])
+        print(f"{m:<12} {med[m]:>10.2f} {each:>24} {r['calls'] or '-':>10} {r['steps']:>7} {r['prefill']:>12}")
+    if "continuous" in modes:
+        by_hop = runs["continuous"][-1]["by_hop"]
+        print("continuous prefill per request, by turn (tokens prefilled / context tokens without reuse):")
+        for h in sorted(by_hop):
+            done, full = sum(a for a, _ in by_hop[h]), sum(b for _, b in by_hop[h])
+            print(f"  turn {h + 1}: {len(by_hop[h]):>3} requests, {done / len(by_hop[h]):>8.1f} / "
+                  f"{full / len(by_hop[h]):>8.1f}  ({1 - done / full:.1%} saved)")
+        total = sum(b for v in by_hop.values() for _, b in v)
+        print(f"prefill tokens per rollout: {runs['continuous'][-1]['prefill']} with reuse, {total} without "
+              f"({total / max(runs['continuous'][-1]['prefill'], 1):.2f}x)")
+    for m in modes:
+        if m != "sync" and "sync" in modes:
+            print(f"speedup {m} vs sync: {med['sync'] / med[m]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -45,10 +45,13 @@ def policy_loss(
     clip_high: float = 0.2,
     dual_clip_c: float | None = None,
     agg: str = "token-mean",
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with ratio clipped to [1 - clip_low, 1 + clip_high] (DAPO's
     decoupled ranges) and optional dual clip (Ye et al. 2020): for A < 0 the loss is
-    capped at -A * dual_clip_c. Returns (loss, {pg_clipfrac, ppo_kl, pg_clipfrac_lower}).
+    capped at -A * dual_clip_c. `is_weights` (batch, response_len), constants: per-token
+    importance weights of an off-policy batch (pi_old / pi_rollout, truncated), multiplying the
+    surrogate. Returns (loss, {pg_clipfrac, ppo_kl, pg_clipfrac_lower}).
     """
     if dual_clip_c is not None and dual_clip_c <= 1.0:
         raise ValueError(f"dual_clip_c must be > 1, got {dual_clip_c}")
@@ -66,6 +69,8 @@ def policy_loss(
         negative = advantages < 0
         clipfrac_lower = masked_mean(((loss > cap) & negative).float(), mask)
         loss = torch.where(negative, torch.minimum(loss, cap), loss)
+    if is_weights is not None:
+        loss = loss * is_weights.detach()
 
     metrics = {
         "pg_clipfrac": clipfrac.item(),

@@ -1,16 +1,19 @@
 """The PPO controller: one step = rollout -> reward -> log-probs -> values -> advantages -> updates.
 
 Read `step()` top to bottom; everything else is bookkeeping (validation, checkpoints,
-logging). The workers (actor, critic, reference) live behind worker groups, so the
+logging). With trainer.off_policy_steps=1 the next step's rollout (generation and pool calls)
+runs in a background thread while this step trains (see `fit` and `off_policy_weights`). The workers (actor, critic, reference) live behind worker groups, so the
 same loop drives one CPU process, a torchrun launch, or Ray actors.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +33,7 @@ from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indice
 from verl.trainer.env import Env, RolloutResult
 from verl.trainer.tracking import Tracker, plot_curves, timer
 from verl.workers.fsdp import CheckpointError
-from verl.workers.rollout.base import GenOutput, SamplingParams
+from verl.workers.rollout.base import AsyncRolloutBackend, GenOutput, SamplingParams
 
 
 def _summary(prefix: str, values) -> dict[str, float]:
@@ -53,6 +56,70 @@ class Played:
 def _n_informative(played: list[Played]) -> int:
     rows = [r for p in played for r in p.rows]
     return sum(informative_groups(np.concatenate([p.scores for p in played]), [r.uid for r in rows]).values())
+
+
+@dataclasses.dataclass
+class Collected:
+    """One step's training episodes, ready for the update."""
+
+    batch: DataProto
+    env_metrics: dict[str, list]
+    metrics: dict[str, float]   # timing/gen and friends
+    version: int                # updates the sampling policy had seen (global_step when it was synced)
+    gen_batches: int            # the data order's batch counter before this rollout drew its rows
+
+
+def off_policy_weights(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor,
+                       cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Truncated importance weights min(pi_old / pi_rollout, cap) per token (batch, response_len), 0 off the mask.
+
+    pi_old is the policy the update starts from (recomputed log-probs), pi_rollout the one that
+    sampled (the engine's own log-probs). Truncation as veRL's rollout importance sampling
+    (token level, "truncate" mode) and AReaL's decoupled PPO (behaviour weight cap); the PPO ratio
+    and its clip then run against pi_old, so the trust region is measured from the current policy."""
+    m = mask.bool()
+    log_w = torch.where(m, old_log_probs - rollout_log_probs, 0.0)
+    w = torch.exp(log_w.clamp(max=math.log(cap)))
+    raw = torch.exp(log_w.clamp(-20.0, 20.0))
+    n = m.sum().clamp(min=1)
+    stats = {"offpolicy/is_weight_mean": float((raw * m).sum() / n),
+             "offpolicy/is_weight_max": float(raw[m].max()) if m.any() else 1.0,
+             "offpolicy/is_weight_min": float(raw[m].min()) if m.any() else 1.0,
+             "offpolicy/is_truncated_frac": float(((raw > cap) & m).sum() / n),
+             "offpolicy/rollout_kl": float((torch.where(m, rollout_log_probs - old_log_probs, 0.0)).sum() / n)}
+    return torch.where(m, w, 0.0), stats
+
+
+class _LocalAsyncEngine:
+    """The worker's own async engine, seen by the env: batch `generate` for the batch schedules, and
+    `generate_one`/`release` for the continuous one; both check the weights are synced (unless off-policy)."""
+
+    def __init__(self, trainer: "PPOTrainer", rollout):
+        self.trainer, self.rollout = trainer, rollout
+        self.worker = trainer.actor.worker
+        stats = getattr(getattr(rollout, "engine", None), "stats", None)
+        self._busy0 = getattr(stats, "busy_s", 0.0)
+
+    def busy_s(self) -> float:
+        """Seconds the engine decoded for generate_one calls since this view was made."""
+        stats = getattr(getattr(self.rollout, "engine", None), "stats", None)
+        return getattr(stats, "busy_s", 0.0) - self._busy0
+
+    def _check(self) -> None:
+        if getattr(self.worker, "_stale", False) and not self.trainer.off_policy_steps:
+            raise RuntimeError("generate: the rollout weights are stale; call sync_rollout() after an update")
+
+    def __call__(self, prompts: list[list[int]], sampling: SamplingParams) -> list[GenOutput]:
+        return self.trainer.generate(prompts, sampling)
+
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> GenOutput:
+        self._check()
+        return await self.rollout.generate_one(prompt_ids, sampling)
+
+    def release(self, context_ids: list[int]) -> None:
+        release = getattr(self.rollout, "release", None)
+        if release is not None:
+            release(context_ids)
 
 
 def _pick(results: list[RolloutResult], idx: list[int]) -> RolloutResult:
@@ -89,6 +156,15 @@ class PPOTrainer:
         self.decode_s = 0.0  # seconds spent inside generate calls (the rest of a rollout waits for the env)
         self.gen_batches = 0  # prompt batches drawn so far; dynamic sampling may draw several per step
         self.rollout_imbalance = None  # max/mean of the ranks' summed load hints, when balanced
+        self.off_policy_steps = int(cfg.trainer.get("off_policy_steps", 0))
+        if self.off_policy_steps not in (0, 1):
+            raise ValueError(f"trainer.off_policy_steps must be 0 or 1, got {self.off_policy_steps}")
+        if self.off_policy_steps and dist is not None and dist.world_size > 1:
+            # the rollout's gather is a collective: in a thread beside the update's collectives it could interleave
+            raise ValueError("trainer.off_policy_steps=1 runs with one process (or Ray), not under torchrun with "
+                             f"{dist.world_size} processes")
+        self._ahead: Future | None = None  # the next step's rollout, running while this step trains
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if self.off_policy_steps else None
         if alg.dynamic_sampling.enable and cfg.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n > 1 (it keeps groups whose rewards differ)")
 
@@ -103,6 +179,15 @@ class PPOTrainer:
         finally:
             self.decode_s += time.perf_counter() - start
 
+    def engine(self):
+        """What the env generates with: the local rollout engine itself where it has an async
+        `generate_one` (hf_static's slots, vLLM's async engine: continuous batching and prefix reuse
+        across an episode's turns), else the batch `generate` (Ray workers, batch-only backends)."""
+        rollout = getattr(getattr(self.actor, "worker", None), "rollout", None)
+        if isinstance(rollout, AsyncRolloutBackend) and callable(getattr(rollout, "generate", None)):
+            return _LocalAsyncEngine(self, rollout)
+        return self.generate
+
     @staticmethod
     def _generate_on(fn, prompts, sampling, world_size: int) -> list[GenOutput]:
         # dp dispatch splits evenly: pad with copies of the first prompt, drop their outputs.
@@ -110,31 +195,42 @@ class PPOTrainer:
         padded = prompts + [prompts[0]] * (-n % world_size)
         arr = np.empty(len(padded), dtype=object)  # (batch,) of token lists
         arr[:] = padded
-        out = fn(DataProto(batch={}, non_tensor={"prompt_ids": arr}, meta={"sampling": sampling}))
+        # allow_stale: an off-policy rollout decodes with the weights it was synced with while the actor updates
+        out = fn(DataProto(batch={}, non_tensor={"prompt_ids": arr}, meta={"sampling": sampling, "allow_stale": True}))
         return list(out.non_tensor["gen_outputs"])[:n]
 
-    def sampling(self, validate: bool) -> SamplingParams:
+    def sampling(self, validate: bool, step: int | None = None) -> SamplingParams:
+        """Sampling for a rollout; `step` (default: the next update's index - 1) seeds it, so the
+        rollout played ahead for step k+1 draws the noise an on-policy step k+1 would."""
         r = self.cfg.rollout
         if validate and r.val_greedy:
             return SamplingParams(greedy=True, temperature=0.0, max_new_tokens=r.response_length)
         temperature = r.val_temperature if validate else r.temperature
+        step = self.global_step if step is None else step
         return SamplingParams(temperature=temperature, top_p=r.top_p, top_k=r.top_k,
-                              max_new_tokens=r.response_length, seed=self.cfg.trainer.seed + self.global_step)
+                              max_new_tokens=r.response_length, seed=self.cfg.trainer.seed + step,
+                              return_logprobs=bool(self.off_policy_steps) and not validate)
 
-    def play(self, rows, validate: bool,
-             sampling: SamplingParams | None = None) -> tuple[RolloutResult, np.ndarray, dict[str, list]]:
+    def play(self, rows, validate: bool, sampling: SamplingParams | None = None,
+             sync: bool = True) -> tuple[RolloutResult, np.ndarray, dict[str, list]]:
         """Episodes for `rows` and their scores; under SPMD each rank plays its share (balanced by
-        per-row load when trainer.balance_rollouts is on) and every rank gets every episode."""
+        per-row load when trainer.balance_rollouts is on) and every rank gets every episode.
+        sync=False: the caller synced the rollout weights (a rollout played ahead must not read
+        the actor's weights while they update)."""
         sampling = sampling or self.sampling(validate)
-        self.actor.sync_rollout()
+        if sync:
+            self.actor.sync_rollout()
+        engine = self.engine()
         if self.dist is None:
-            result: RolloutResult = self.env.rollout(rows, self.generate, sampling, validate)
+            result: RolloutResult = self.env.rollout(rows, engine, sampling, validate)
         else:
             loads = row_loads(rows, self.env, sampling, validate) if self.cfg.trainer.balance_rollouts else None
             plan = self.dist.assignment(len(rows), loads)
             self.rollout_imbalance = imbalance(engine_loads(loads, plan)) if loads else None
-            result = self.env.rollout([rows[i] for i in plan[self.dist.rank]], self.generate, sampling, validate)
+            result = self.env.rollout([rows[i] for i in plan[self.dist.rank]], engine, sampling, validate)
             result = self.dist.gather_result(result, plan)
+        if isinstance(engine, _LocalAsyncEngine):  # continuous batching: the engine's own busy time
+            self.decode_s += engine.busy_s()
         # Scored on the whole batch, so every rank's reward state (e.g. a cost window) is the same.
         scores, env_metrics = self.env.score(result, rows, validate)
         return result, np.asarray(scores, dtype=np.float32), env_metrics
@@ -144,6 +240,12 @@ class PPOTrainer:
         tensors = pad_trajectories(result.prompt_ids, result.response_ids, result.response_mask,
                                    pad_id=self.tokenizer.pad_token_id)
         tensors["scores"] = torch.as_tensor(np.asarray(scores), dtype=torch.float32)  # (batch,)
+        lps = result.info.get("rollout_log_probs")
+        if lps is not None:  # the sampling engine's log-probs, aligned with `responses`
+            rollout_lp = torch.zeros(tensors["responses"].shape, dtype=torch.float32)  # (batch, response_len)
+            for i, row in enumerate(lps):
+                rollout_lp[i, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
+            tensors["rollout_log_probs"] = rollout_lp
         return DataProto.from_dict(tensors, {"uid": np.array([r.uid for r in rows], dtype=object)})
 
     def run_episodes(self, rows, validate: bool) -> tuple[DataProto, dict[str, list]]:
@@ -158,14 +260,15 @@ class PPOTrainer:
         idx = train_batch_indices(len(self.train_set), d.train_batch_size, self.gen_batches, d.seed, d.shuffle)
         return [self.train_set.rows[i] for i in idx for _ in range(self.cfg.rollout.n)]
 
-    def train_episodes(self, rows, metrics: dict) -> tuple[DataProto, dict[str, list]]:
+    def train_episodes(self, rows, metrics: dict, step: int | None = None,
+                       sync: bool = True) -> tuple[DataProto, dict[str, list]]:
         """Training episodes for `rows`. With dynamic sampling (DAPO), groups whose rewards are all
         equal are dropped and further prompt batches are played until data.train_batch_size
         groups remain, or max_gen_batches were played. The env metrics cover every episode played."""
         ds, target = self.cfg.algorithm.dynamic_sampling, self.cfg.data.train_batch_size
-        played = [self._play_for_training(rows, 0)]
+        played = [self._play_for_training(rows, 0, step, sync)]
         while ds.enable and len(played) < ds.max_gen_batches and _n_informative(played) < target:
-            played.append(self._play_for_training(self.next_rows(), len(played)))
+            played.append(self._play_for_training(self.next_rows(), len(played), step, sync=False))
         rows = [r for p in played for r in p.rows]
         scores = np.concatenate([p.scores for p in played])  # (episodes,)
         env_metrics = {k: [x for p in played for x in p.metrics[k]] for k in played[0].metrics}
@@ -173,22 +276,22 @@ class PPOTrainer:
         result = _pick([p.result for p in played], keep)
         return self.to_batch(result, [rows[i] for i in keep], scores[keep]), env_metrics
 
-    def _play_for_training(self, rows, k: int) -> Played:
+    def _play_for_training(self, rows, k: int, step: int | None = None, sync: bool = True) -> Played:
         """Play the k-th generation batch of this step; its scores carry the overlong penalty when on."""
-        sampling = self.sampling(validate=False)
+        sampling = self.sampling(validate=False, step=step)
         if k and sampling.seed is not None:  # fresh sampling noise for each extra batch of a step
             sampling = dataclasses.replace(sampling, seed=sampling.seed + 100_003 * k)
-        result, scores, env_metrics = self.play(rows, validate=False, sampling=sampling)
+        result, scores, env_metrics = self.play(rows, validate=False, sampling=sampling, sync=sync)
         o = self.cfg.algorithm.overlong_penalty
         if o.enable:
             lengths = [len(r) for r in result.response_ids]
             scores = scores + overlong_penalty(lengths, o.max_length, o.buffer, o.factor).astype(np.float32)
         env_metrics["reward"] = scores.tolist()  # what the advantages see, except rows the env masked out whole
         if k == 0 and self.cfg.trainer.dump_rollouts and self.is_main:
-            self._dump_rollouts(rows, result, env_metrics)
+            self._dump_rollouts(rows, result, env_metrics, step)
         return Played(rows, result, scores, env_metrics)
 
-    def _dump_rollouts(self, rows, result: RolloutResult, env_metrics: dict) -> None:
+    def _dump_rollouts(self, rows, result: RolloutResult, env_metrics: dict, step: int | None = None) -> None:
         """Append the first trainer.dump_rollouts episodes of this step to output_dir/rollouts.jsonl."""
         n = min(self.cfg.trainer.dump_rollouts, len(rows))
         texts = result.info.get("text")
@@ -197,7 +300,7 @@ class PPOTrainer:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         with open(self.out_dir / "rollouts.jsonl", "a") as f:
             for i in range(n):
-                rec = {"step": self.global_step + 1, "uid": str(rows[i].uid), "text": texts[i],
+                rec = {"step": (self.global_step if step is None else step) + 1, "uid": str(rows[i].uid), "text": texts[i],
                        **{k: v[i] for k, v in env_metrics.items() if len(v) == len(rows)}}
                 f.write(json.dumps(rec, default=float) + "\n")
 
@@ -215,19 +318,61 @@ class PPOTrainer:
         return keep
 
     # ------------------------------------------------------------------ one update
-    def step(self, rows) -> dict[str, float]:
-        cfg, alg, metrics = self.cfg, self.cfg.algorithm, {}
-        with timer("step", metrics):
-            decode_before = self.decode_s
-            with timer("gen", metrics):
-                batch, env_metrics = self.train_episodes(rows, metrics)  # DAPO may drop and refill groups
-            # the rollout's wall time, split: decoding, and the rest (pool calls not hidden by decoding)
-            metrics["timing/decode"] = self.decode_s - decode_before
-            metrics["timing/env_wait"] = metrics["timing/gen"] - metrics["timing/decode"]
+    def collect(self, rows, step: int | None = None, sync: bool = True) -> Collected:
+        """The rollout half of a step: training episodes for `rows`, padded, with their timing."""
+        metrics: dict[str, float] = {}
+        version, gen_batches = self.global_step, self.gen_batches - 1  # next_rows() already drew `rows`
+        decode_before = self.decode_s
+        with timer("gen", metrics):
+            batch, env_metrics = self.train_episodes(rows, metrics, step, sync)  # DAPO may drop and refill groups
+        # the rollout's wall time, split: decoding, and the rest (pool calls not hidden by decoding)
+        metrics["timing/decode"] = self.decode_s - decode_before
+        metrics["timing/env_wait"] = metrics["timing/gen"] - metrics["timing/decode"]
+        return Collected(batch, env_metrics, metrics, version, gen_batches)
+
+    def play_ahead(self) -> None:
+        """Off-policy: start the next step's rollout in the background with the current weights."""
+        self.actor.sync_rollout()  # here, in this thread: the update that follows must not race the copy
+        self._ahead = self._pool.submit(self.collect, self.next_rows(), self.global_step + 1, False)
+
+    def join_ahead(self) -> Collected | None:
+        """Wait for the rollout played ahead, if any, and keep it for the next step (validation and
+        saving need the engine and a quiet env)."""
+        return None if self._ahead is None else self._ahead.result()
+
+    def next_collected(self) -> tuple[Collected, float]:
+        """The next step's episodes: the rollout played ahead (waited for), else played now; and the wait."""
+        start = time.perf_counter()
+        if self._ahead is not None:
+            collected, self._ahead = self._ahead.result(), None
+        else:
+            collected = self.collect(self.next_rows())
+        return collected, time.perf_counter() - start
+
+    def step(self, rows=None, collected: Collected | None = None, waited_s: float = 0.0) -> dict[str, float]:
+        """One update on the episodes of `rows` (played now) or on `collected` (played ahead, after waiting
+        `waited_s` for it)."""
+        cfg, alg = self.cfg, self.cfg.algorithm
+        start = time.perf_counter() - waited_s
+        if collected is None:
+            collected = self.collect(rows)
+        if self.off_policy_steps and self.global_step < cfg.trainer.total_steps - 1:
+            self.play_ahead()  # step k+1's rollout runs while step k trains
+        batch, env_metrics, metrics = collected.batch, collected.env_metrics, dict(collected.metrics)
+        metrics["offpolicy/staleness"] = float(self.global_step - collected.version)  # updates since sampling
+        with timer("train", metrics):
             mask = batch.batch["response_mask"].float()  # (batch, response_len)
 
             with timer("old_log_prob", metrics):
                 batch = batch.union(self.actor.compute_log_prob(batch))
+            if self.off_policy_steps:
+                if "rollout_log_probs" not in batch.batch:
+                    raise ValueError("trainer.off_policy_steps=1 needs the sampling engine's log-probs: the env must "
+                                     "return info['rollout_log_probs'] when sampling.return_logprobs is set")
+                weights, is_stats = off_policy_weights(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"],
+                                                       mask, alg.get("rollout_is_cap", 2.0))
+                batch.batch["rollout_is_weights"] = weights
+                metrics.update(is_stats)
             if self.ref is not None:
                 with timer("ref", metrics):
                     batch = batch.union(self.ref.compute_ref_log_prob(batch))
@@ -261,6 +406,8 @@ class PPOTrainer:
             if self.global_step >= cfg.critic.warmup_steps or self.critic is None:
                 with timer("update_actor", metrics):
                     metrics.update(self.actor.update_actor(batch))
+        # wall time of the step as the loop sees it: a rollout played ahead counts only where it was waited for
+        metrics["timing/step"] = time.perf_counter() - start
 
         for name, values in env_metrics.items():  # over every episode played, "reward" included
             metrics.update(_summary(name, values))
@@ -269,6 +416,8 @@ class PPOTrainer:
         metrics["response_length/mean"] = float(batch.batch["response_mask"].sum(-1).float().mean())
         metrics["adv/mean"] = float(masked_mean(batch.batch["advantages"], mask))
         metrics["timing/tokens_per_s"] = float(batch.batch["attention_mask"].sum()) / metrics["timing/step"]
+        if self._ahead is not None:
+            metrics["timing/ahead_done_at_update_end"] = float(self._ahead.done())
         return metrics
 
     # ------------------------------------------------------------------ validation
@@ -303,8 +452,11 @@ class PPOTrainer:
         if self.critic is not None:
             self.critic.save_checkpoint(str(step_dir / "critic"))
         if self.is_main:
+            # a rollout played ahead is not trained yet: a resumed run plays its rows again (the env's state,
+            # e.g. the cost window, has already seen them once)
+            ahead = self.join_ahead()
             state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value, "env": self.env.state_dict(),
-                     "gen_batches": self.gen_batches}
+                     "gen_batches": self.gen_batches if ahead is None else ahead.gen_batches}
             torch.save(state, step_dir / "trainer_state.pt")
             (step_dir / "trainer_state.json").write_text(json.dumps(
                 {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value}))
@@ -395,12 +547,16 @@ class PPOTrainer:
         bar = tqdm(range(self.global_step + 1, t.total_steps + 1), desc="ppo", disable=not self.is_main,
                    initial=self.global_step, total=t.total_steps)
         for step in bar:
-            metrics = self.step(self.next_rows())
+            collected, waited = self.next_collected()
+            metrics = self.step(collected=collected, waited_s=waited)
+            metrics["timing/rollout_wait"] = waited  # on-policy: the whole rollout; off-policy: what was not hidden
             self.global_step = step
             is_last = step == t.total_steps
             if is_last or (t.test_freq and step % t.test_freq == 0):
+                self.join_ahead()
                 metrics.update(self.validate())
             if is_last or (t.save_freq and step % t.save_freq == 0):
+                self.join_ahead()
                 self.save()
             self._log(metrics, step)
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")

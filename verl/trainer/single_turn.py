@@ -31,8 +31,10 @@ class SingleTurnEnv:
         prompts = [r.prompt_ids for r in rows]
         outs = generate(prompts, sampling)
         responses = [o.token_ids[: self.max_response_length] for o in outs]
-        return RolloutResult(prompts, responses, [[1] * len(r) for r in responses],
-                             info={"finish_reason": [o.finish_reason for o in outs]})
+        info = {"finish_reason": [o.finish_reason for o in outs]}
+        if sampling.return_logprobs:  # the sampling engine's own log-probs (off-policy training reads them)
+            info["rollout_log_probs"] = [o.logprobs[: len(r)] for o, r in zip(outs, responses)]
+        return RolloutResult(prompts, responses, [[1] * len(r) for r in responses], info=info)
 
     def score(self, result: RolloutResult, rows, validate: bool):
         texts = self.tokenizer.batch_decode(result.response_ids, skip_special_tokens=True)

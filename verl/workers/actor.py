@@ -260,6 +260,7 @@ class ActorWorker(FSDPWorker):
             raise RuntimeError(f"update_actor called on a worker with role {self.role!r}")
         keys = list(SEQ_KEYS) + ["responses", "response_mask", "old_log_probs", "advantages"]
         keys += ["ref_log_prob"] if cfg.kl_loss_coef else []
+        keys += ["rollout_is_weights"] if "rollout_is_weights" in data.batch else []  # off-policy batches
         data = data.select(keys)
         temperature = data.meta.get("temperature", 1.0)
         use_entropy = cfg.entropy_coef != 0
@@ -277,8 +278,10 @@ class ActorWorker(FSDPWorker):
                     # Masked positions may hold anything: keep it out of the graph (0 * inf is nan).
                     old = torch.where(mask, mb.batch["old_log_probs"], logp.detach())
                     adv = torch.where(mask, mb.batch["advantages"], 0.0)
+                    w = mb.batch.get("rollout_is_weights")
                     loss, m = policy_loss(logp, old, adv, mask, cfg.clip_low, cfg.clip_high,
-                                          cfg.dual_clip_c, cfg.loss_agg_mode)
+                                          cfg.dual_clip_c, cfg.loss_agg_mode,
+                                          is_weights=None if w is None else torch.where(mask, w, 0.0))
                     m["pg_loss"] = loss.item()
                     if use_entropy:
                         ent = agg_loss(entropy, mask, cfg.loss_agg_mode)

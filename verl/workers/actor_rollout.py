@@ -42,7 +42,7 @@ class ActorRolloutWorker(ActorWorker):
     @register("dp")
     def generate(self, request: DataProto) -> DataProto:
         """Decode `non_tensor["prompt_ids"]` with `meta["sampling"]`; returns `non_tensor["gen_outputs"]`."""
-        if self._stale:
+        if self._stale and not request.meta.get("allow_stale"):  # off-policy rollouts decode stale on purpose
             raise RuntimeError("generate: the rollout weights are stale; call sync_rollout() after an update")
         prompts = [list(p) for p in request.non_tensor["prompt_ids"]]
         outs = self.rollout.generate(prompts, request.meta["sampling"]) if prompts else []

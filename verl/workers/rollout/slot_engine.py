@@ -23,6 +23,7 @@ The runner's interface (all indices are slot numbers):
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -65,6 +66,7 @@ class SlotStats:
     slot_steps: int = 0          # slot-steps with a live request (steps x occupancy)
     evictions: int = 0           # parked slots taken over by another episode
     max_busy: int = 0            # most slots with a request at once
+    busy_s: float = 0.0          # seconds the runner worked (prefill + decode), the rest is waiting
 
     @property
     def reused_tokens(self) -> int:
@@ -229,7 +231,9 @@ class SlotEngine:
                     self.stats.requests += 1
                     self.stats.prefill_tokens += len(req.prompt) - req.reuse
                     self.stats.prompt_tokens += len(req.prompt)
+                t0 = time.perf_counter()
                 outs = await asyncio.to_thread(self._work, admitted, running, n)
+                self.stats.busy_s += time.perf_counter() - t0
                 self.stats.steps += n
                 self.stats.max_busy = max(self.stats.max_busy, len(running))
                 self.stats.slot_steps += n * len(running)
