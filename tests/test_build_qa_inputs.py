@@ -34,7 +34,8 @@ def test_each_answer_layout_is_read_and_named(tmp_path, capsys):
     src = tmp_path / "in"
     golds = [["William Shakespeare", "Shakespeare"], ["Lima"], ["Saturn"]]
     _jsonl(src / "flash" / "test.jsonl", [{"question": q, "golden_answers": g} for q, g in zip(QUESTIONS, golds)])
-    _jsonl(src / "r1s" / "test.jsonl", [{"question": q, "answer": g[0]} for q, g in zip(QUESTIONS, golds)])  # R1-Searcher
+    # R1-Searcher's layout: one gold as a string
+    _jsonl(src / "r1s" / "test.jsonl", [{"question": q, "answer": g[0]} for q, g in zip(QUESTIONS, golds)])
     _jsonl(src / "lists" / "dev.jsonl", [{"question": q, "answer": g} for q, g in zip(QUESTIONS, golds)])
     _jsonl(src / "squad" / "test.jsonl", [{"question": q, "answers": {"text": g, "answer_start": [0] * len(g)}}
                                           for q, g in zip(QUESTIONS, golds)])
@@ -42,14 +43,16 @@ def test_each_answer_layout_is_read_and_named(tmp_path, capsys):
     pd.DataFrame({"question": QUESTIONS, "answers": golds}).to_parquet(src / "pq" / "test.parquet")
     assert _build(tmp_path, "--local-dir", src, "--sources", "flash,r1s,lists:dev,squad,pq", "--splits", "test") == 0
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == [f"test_{n}.parquet" for n in ("flash", "lists", "pq", "r1s", "squad")]
+    names = ("flash", "lists", "pq", "r1s", "squad")
+    assert sorted(p.name for p in out.iterdir()) == [f"test_{n}.parquet" for n in names]
     want = dict(zip(QUESTIONS, golds))
     for name in ("flash", "lists", "pq", "squad"):
         assert _golds(out / f"test_{name}.parquet") == want, name
     assert _golds(out / "test_r1s.parquet") == {q: g[:1] for q, g in want.items()}
     assert {r["data_source"] for r in pq.read_table(out / "test_lists.parquet").to_pylist()} == {"lists"}
     printed = capsys.readouterr().out
-    assert "read r1s/test: question from 'question', golds from 'answer' (3 rows: a string, read as one gold)" in printed
+    assert ("read r1s/test: question from 'question', golds from 'answer' "
+            "(3 rows: a string, read as one gold)") in printed
     assert "read squad/test: question from 'question', golds from 'answers' (3 rows: SQuAD's {text: [...]})" in printed
     assert "read flash/test: question from 'question', golds from 'golden_answers' (3 rows: a list)" in printed
 

@@ -12,7 +12,7 @@ from tiny import tiny_model
 
 from verl.trainer import checkpoint
 from verl.trainer.main_ppo import CONFIG_DIR, run
-from verl.trainer.tracking import read_jsonl
+from verl.trainer.tracking import read_jsonl, trim_jsonl
 from verl.workers import fsdp
 from verl.workers.fsdp import CheckpointError
 
@@ -100,9 +100,9 @@ def test_auto_resume_with_every_checkpoint_damaged_is_an_error(copy):
 def test_trim_jsonl_drops_redone_steps_and_a_cut_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in (0, 1, 2, 3)) + '{"step": 4, "x"')
-    assert checkpoint.trim_jsonl(path, 2) == 2
+    assert trim_jsonl(path, 2) == 2
     assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2]
-    assert checkpoint.trim_jsonl(path, 0) == 3 and path.read_text() == ""  # a fresh start keeps nothing
+    assert trim_jsonl(path, 0) == 3 and path.read_text() == ""  # a fresh start keeps nothing
 
 
 def _saved_tiny(tmp_path, poison=None):

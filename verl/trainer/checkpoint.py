@@ -107,30 +107,3 @@ def resume_newest(root: str | os.PathLike, load: Callable[[Path], None], log: Ca
         raise CheckpointError(f"{Path(root) / 'checkpoints'}: all {len(dirs)} checkpoints are damaged "
                               "(see the warnings above); set trainer.resume=none to start over")
     return None
-
-
-def trim_jsonl(path: str | os.PathLike, last_step: int) -> int:
-    """Keep the rows of steps <= last_step (none on a fresh start, last_step 0); returns rows dropped.
-
-    A resumed run redoes the steps after its checkpoint; their rows from the killed run would
-    otherwise stay beside the new ones (two values for one step)."""
-    path = Path(path)
-    if not path.exists():
-        return 0
-    kept, dropped = [], 0
-    with open(path, "rb") as f:
-        for line in f:
-            try:
-                step = json.loads(line)["step"]
-            except (ValueError, KeyError, TypeError):  # a line cut by the kill
-                dropped += 1
-                continue
-            if last_step > 0 and step <= last_step:
-                kept.append(line if line.endswith(b"\n") else line + b"\n")
-            else:
-                dropped += 1
-    if dropped:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(b"".join(kept))
-        os.replace(tmp, path)
-    return dropped

@@ -31,7 +31,7 @@ from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env import Env, RolloutResult
-from verl.trainer.tracking import Tracker, plot_curves, timer
+from verl.trainer.tracking import Tracker, plot_curves, timer, trim_jsonl
 from verl.workers.fsdp import CheckpointError
 from verl.workers.rollout.base import AsyncRolloutBackend, GenOutput, SamplingParams
 
@@ -519,7 +519,7 @@ class PPOTrainer:
             self._load(step_dir)
         if self.is_main:  # the killed run's rows of the steps about to be redone
             for path in (self.out_dir / "metrics.jsonl", self.out_dir / "rollouts.jsonl"):
-                if checkpoint.trim_jsonl(path, self.global_step):
+                if trim_jsonl(path, self.global_step):
                     log(f"{path}: dropped the rows after step {self.global_step} (they are redone)")
         if step_dir is not None:
             log(f"resumed from {step_dir} (step {self.global_step})")

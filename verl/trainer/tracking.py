@@ -73,6 +73,33 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
+def trim_jsonl(path: str | os.PathLike, last_step: int) -> int:
+    """Keep the rows of steps <= last_step (none on a fresh start, last_step 0); returns rows dropped.
+
+    A resumed run redoes the steps after its checkpoint; their rows from the killed run would
+    otherwise stay beside the new ones (two values for one step)."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    kept, dropped = [], 0
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                step = json.loads(line)["step"]
+            except (ValueError, KeyError, TypeError):  # a line cut by the kill
+                dropped += 1
+                continue
+            if last_step > 0 and step <= last_step:
+                kept.append(line if line.endswith(b"\n") else line + b"\n")
+            else:
+                dropped += 1
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(b"".join(kept))
+        os.replace(tmp, path)
+    return dropped
+
+
 def plot_curves(jsonl_path: str | os.PathLike, keys: list[str], png_path: str | os.PathLike,
                 title: str = "") -> Path:
     """One subplot per metric key against step; missing keys are skipped."""
