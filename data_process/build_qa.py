@@ -11,7 +11,8 @@ come from its dev split), and the test draws come first, so the test sets do not
 when the train or val sizes do. A source file smaller than its draws ask for is shared
 among them in proportion (with a warning); one with fewer rows than draws is an error
 before anything is drawn. `--sources` / `--splits` build a subset; a source name that is
-not one of the paper's sets is a test set (DIR/<name>/test.jsonl, or <name>:<split>).
+not one of the paper's sets is a test set (DIR/<name>/test.jsonl, or <name>:<split>), and
+`--train-sources` / `--val-sources` name your own training and validation sets.
 Input rows are read as plain JSON (see data_process/qa_files.py for the answer layouts).
 """
 from __future__ import annotations
@@ -80,6 +81,8 @@ class BuildConfig:
     bamboogle_size: int | None = None  # None: all 125
     strict: bool = False
     sources: tuple[str, ...] | None = None  # NAME or NAME:SPLIT; None: the paper's sets
+    train_sources: tuple[str, ...] | None = None  # NAME[:SPLIT] (split default train); None: NQ + HotpotQA
+    val_sources: tuple[str, ...] | None = None  # NAME[:SPLIT] (split default dev); None: NQ + HotpotQA dev
     splits: tuple[str, ...] = SPLITS  # which output splits to build
 
 
@@ -104,26 +107,33 @@ def parse_sources(names) -> dict[str, str | None]:
 
 
 def default_draws(cfg: BuildConfig) -> list[Draw]:
-    """The paper's data (or the --sources/--splits subset): tests first (see the module docstring),
-    then val, then train."""
+    """The paper's data (or the --sources/--splits subset, and your own --train-sources/--val-sources):
+    tests first (see the module docstring), then val, then train."""
     bad = [s for s in cfg.splits if s not in SPLITS]
     if bad or not cfg.splits:
         raise DataBuildError(f"--splits: {', '.join(bad) or 'none given'}; choose from {', '.join(SPLITS)}")
     wanted = None if cfg.sources is None else parse_sources(cfg.sources)
     tests = dict(TEST_SETS) if wanted is None else {n: sp or TEST_SETS.get(n, "test") for n, sp in wanted.items()}
-    keep = (lambda name: True) if wanted is None else (lambda name: name in wanted)
+
+    def role(given, defaults: dict[str, str], split: str) -> dict[str, str]:
+        # given explicitly: as given; else the paper's, less the sources --sources leaves out
+        if given is not None:
+            return {n: sp or split for n, sp in parse_sources(given).items()}
+        return {n: sp for n, sp in defaults.items() if wanted is None or n in wanted}
+
     draws = []
     if "test" in cfg.splits:
         draws += [Draw("test", s, sp, cfg.bamboogle_size if s == "bamboogle" else cfg.test_size)
                   for s, sp in tests.items()]
     if "val" in cfg.splits:
-        draws += [Draw("val", s, sp, cfg.val_size) for s, sp in VAL_SETS.items() if keep(s)]
+        draws += [Draw("val", s, sp, cfg.val_size) for s, sp in role(cfg.val_sources, VAL_SETS, "dev").items()]
     if "train" in cfg.splits:
-        draws += [Draw("train", s, "train", cfg.train_size) for s in TRAIN_SOURCES if keep(s)]
+        train = role(cfg.train_sources, dict.fromkeys(TRAIN_SOURCES, "train"), "train")
+        draws += [Draw("train", s, sp, cfg.train_size) for s, sp in train.items()]
     if not draws:
-        raise DataBuildError(f"nothing to build: sources {', '.join(wanted)} have no {'/'.join(cfg.splits)} "
-                             f"draw (train: {', '.join(TRAIN_SOURCES)}; val: {', '.join(VAL_SETS)}; "
-                             "test: any source)")
+        raise DataBuildError(f"nothing to build: no {'/'.join(cfg.splits)} draw from sources "
+                             f"{', '.join(wanted or ())} (train: {', '.join(TRAIN_SOURCES)} or --train-sources; "
+                             f"val: {', '.join(VAL_SETS)} or --val-sources; test: any source)")
     return draws
 
 
@@ -344,6 +354,10 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
                    help="build only these sources; a name not among the paper's sets is a test set read from "
                         "<name>/test (or <name>/SPLIT)")
     p.add_argument("--splits", type=_csv, default=SPLITS, metavar="train,val,test", help="build only these splits")
+    p.add_argument("--train-sources", type=_csv, default=None, metavar="NAME[:SPLIT],...",
+                   help="train on these (split default: train) instead of NQ + HotpotQA")
+    p.add_argument("--val-sources", type=_csv, default=None, metavar="NAME[:SPLIT],...",
+                   help="validate on these (split default: dev) instead of NQ + HotpotQA dev")
     return BuildConfig(**vars(p.parse_args(argv)))
 
 

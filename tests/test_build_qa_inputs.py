@@ -69,7 +69,21 @@ def test_a_subset_of_sources_and_splits(tmp_path, capsys):
     assert _build(tmp_path / "x", "--local-dir", FLASHRAG, "--splits", "train,dev") == 1
     assert "error: --splits: dev; choose from train, val, test" in capsys.readouterr().err
     assert _build(tmp_path / "x", "--local-dir", FLASHRAG, "--sources", "bamboogle", "--splits", "train") == 1
-    assert "nothing to build: sources bamboogle have no train draw" in capsys.readouterr().err
+    assert "nothing to build: no train draw from sources bamboogle" in capsys.readouterr().err
+
+
+def test_your_own_train_val_and_test_sets(tmp_path):
+    src = tmp_path / "in"
+    for split, n in (("train", 4), ("dev", 3), ("test", 2)):
+        _jsonl(src / "mine" / f"{split}.jsonl", [{"id": f"{split}{i}", "question": f"{split} question {i}?",
+                                                   "answer": f"gold {i}"} for i in range(n)])
+    assert _build(tmp_path, "--local-dir", src, "--sources", "mine", "--train-sources", "mine",
+                  "--val-sources", "mine") == 0
+    out = tmp_path / "out"
+    for name, split, n in (("train", "train", 4), ("val", "dev", 3), ("test_mine", "test", 2)):
+        rows = pq.read_table(out / f"{name}.parquet").to_pylist()
+        assert len(rows) == n and {r["data_source"] for r in rows} == {"mine"}
+        assert {r["extra_info"]["source_split"] for r in rows} == {split}
 
 
 def test_bytes_that_are_not_utf8_are_a_bad_row_named_by_file_and_line(tmp_path, capsys):
