@@ -14,10 +14,18 @@ log-prob pass), attention excluded, as is usual; "+attn" adds the causal attenti
 
     python scripts/bench_update.py --shape qwen2.5-3b --out docs/results/bench_update_3b.json
     python scripts/bench_update.py --tiny          # a CPU smoke run in seconds
+
+--lora-rank R compares full fine-tuning with LoRA rank R instead (both on --lora-variant of ours,
+one worker after the other on the same data): peak memory, training state (weights + grads +
+optimizer state), tokens/s and MFU. LoRA's update needs no weight gradients of the frozen base:
+its model FLOPs are 4 * params * tokens (forward + input gradients) plus 6 * adapter params * tokens.
+
+    python scripts/bench_update.py --shape qwen2.5-3b --lora-rank 64 --out lora_3b.json
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -29,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from verl.protocol import DataProto  # noqa: E402
 from verl.workers.actor import ActorWorker  # noqa: E402
 from verl.workers.config import ActorConfig  # noqa: E402
+from verl.workers.lora import LoraConfig, trainable_parameters  # noqa: E402
 from verl.workers.model_loader import compile_decoder_layers, set_checkpointing  # noqa: E402
 
 QWEN2 = dict(model_type="qwen2", vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
@@ -38,6 +47,13 @@ SHAPES = {
                        intermediate_size=11008),
     "qwen2.5-0.5b": dict(QWEN2, hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                          intermediate_size=4864),
+    # Qwen3-4B: per-head q/k norms, head_dim 128 (q_proj 2560 -> 4096), tied embeddings
+    "qwen3-4b": dict(model_type="qwen3", vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+                     rms_norm_eps=1e-6, tie_word_embeddings=True, hidden_size=2560, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, intermediate_size=9728),
+    "tiny-qwen3": dict(model_type="qwen3", vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=32, intermediate_size=128, max_position_embeddings=256,
+                       tie_word_embeddings=True),
     "tiny": dict(model_type="qwen2", vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256, tie_word_embeddings=True),
 }
@@ -62,11 +78,17 @@ def parse_args(argv=None):
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument("--lora-rank", type=int, default=0, help="> 0: compare full fine-tuning with LoRA of this rank")
+    p.add_argument("--lora-alpha", type=float, default=None, help="LoRA alpha (default 2 * rank)")
+    p.add_argument("--lora-targets", default="all-linear", help="comma-separated Linear names, or all-linear")
+    p.add_argument("--lora-variant", default="1:16384:65536", help="the variant of ours both runs use (as --ours)")
     args = p.parse_args(argv)
     if args.tiny:
-        args.shape, args.rows, args.mini_batch = "tiny", 8, 4
+        args.shape = args.shape if args.shape.startswith("tiny") else "tiny"
+        args.rows, args.mini_batch = 8, 4
         args.prompt, args.response, args.ref_micro_batch_size = (8, 24), (4, 24), 2
         args.ours, args.warmup, args.iters = "1:64:256,0:48:256", 0, 1
+        args.lora_variant = "1:64:256"
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     return args
@@ -183,6 +205,89 @@ def logprob_difference(worker: ActorWorker, data: DataProto, args, variant: dict
     return float(diff.max()), float(diff.mean())
 
 
+def train_state_gib(worker: ActorWorker) -> float:
+    """Bytes held for training: parameters, their gradients and the optimizer's state (local shard)."""
+    n = sum(p.numel() * p.element_size() for p in worker.model.parameters())
+    n += sum(p.grad.numel() * p.grad.element_size() for p in worker.model.parameters() if p.grad is not None)
+    for state in worker.optimizer.state.values():
+        n += sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t))
+    return n / 2**30
+
+
+def lora_main(args, spec: dict, data: DataProto, lengths: torch.Tensor) -> dict:
+    """Full fine-tuning vs LoRA on the same data and variant of ours, one worker at a time."""
+    tokens = int(lengths.sum())
+    variant = parse_variants(args.lora_variant)[0]
+    attn_unit = float((lengths**2).sum()) * spec["hidden_size"] * spec["num_hidden_layers"]
+    peak = args.peak_tflops * 1e12
+    runs = []
+    for rank in (0, args.lora_rank):
+        lora = LoraConfig(rank=rank, alpha=args.lora_alpha or 2.0 * rank, target_modules=args.lora_targets.split(","))
+        config = ActorConfig(model=spec, device=args.device, dtype="bfloat16", lr=1e-7, grad_clip=1.0,
+                             ppo_mini_batch_size=args.mini_batch, micro_batch_size=args.ref_micro_batch_size,
+                             use_remove_padding=True, gradient_checkpointing=True, seed=args.seed, lora=lora)
+        worker = ActorWorker(config)
+        reset_peak(args.device)
+        t0 = time.perf_counter()
+        with torch.device(args.device):
+            worker.init_model()
+        init_s = time.perf_counter() - t0
+        params = sum(p.numel() for p in worker.model.parameters())
+        trainable = sum(p.numel() for p in trainable_parameters(worker.model))
+        base = params - trainable
+        # full: 6N per token; LoRA: no weight gradients for the frozen base (2N forward + 2N input grads)
+        flops = dict(update=(6.0 * trainable + (4.0 * base if rank else 0.0)) * tokens, log_prob=2.0 * params * tokens,
+                     update_attn=6.0 * attn_unit, log_prob_attn=2.0 * attn_unit)
+        configure(worker, args, variant)
+        name = f"lora r{rank}" if rank else "full"
+        try:
+            run = time_run(worker, data, args)
+            run.update(figures(run, tokens, flops, peak))
+            run["train_state_gib"] = train_state_gib(worker)
+        except torch.cuda.OutOfMemoryError as e:
+            run = {"error": f"out of memory: {str(e).splitlines()[0]}"}
+        run.update(name=name, params=params, trainable_params=trainable, init_s=init_s, real_tokens=tokens)
+        runs.append(run)
+        print(f"{name}: " + ", ".join(f"{k}={v:.4g}" for k, v in run.items() if isinstance(v, float)), flush=True)
+        del worker
+        gc.collect()
+        reset_peak(args.device)
+    full, lora_run = runs
+    if "error" in full and "error" in lora_run:
+        raise SystemExit(f"neither run finished: {json.dumps(runs, default=str)}")
+    result = dict(
+        shape=args.shape, device=args.device,
+        device_name=torch.cuda.get_device_name() if args.device == "cuda" else "cpu", torch=torch.__version__,
+        rows=args.rows, real_tokens=tokens, variant=variant, lora_rank=args.lora_rank, peak_tflops=args.peak_tflops,
+        mfu_note="mfu: model FLOPs / time / peak; full 6*params*tokens, LoRA 4*base params*tokens + "
+                 "6*adapter params*tokens (no weight gradients for the frozen base); log-prob 2*params*tokens",
+        runs=runs, args=vars(args))
+    rows = [("trainable params", "trainable_params", "{:,.0f}"), ("update tokens/s", "update_tokens_per_s", "{:,.0f}"),
+            ("update MFU", "update_mfu", "{:.1%}"), ("update peak GiB", "update_peak_gib", "{:.1f}"),
+            ("train state GiB", "train_state_gib", "{:.2f}"), ("log-prob tokens/s", "log_prob_tokens_per_s", "{:,.0f}"),
+            ("log-prob peak GiB", "log_prob_peak_gib", "{:.1f}")]
+    print(f"\n{args.shape} ({full['params'] / 1e9:.2f}B params), {args.rows} rows, {tokens:,} real tokens; "
+          f"variant {variant}")
+    print(f"{'':22}{'full':>14}{lora_run['name']:>14}{'ratio':>9}")
+    for label, key, fmt in rows:
+        a, b = full.get(key), lora_run.get(key)
+        cell = lambda v: fmt.format(v) if v is not None else "-"  # noqa: E731
+        ratio = f"{b / a:.2f}x" if a and b is not None else "-"
+        print(f"{label:22}{cell(a):>14}{cell(b):>14}{ratio:>9}")
+    for key in ("update_tokens_per_s", "update_peak_gib", "train_state_gib"):
+        if full.get(key) and lora_run.get(key) is not None:
+            result[f"ratio_{key}"] = lora_run[key] / full[key]
+    return result
+
+
+def write(result: dict, path: str | None) -> None:
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+        print(f"wrote {path}")
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     spec = SHAPES[args.shape]
@@ -190,6 +295,10 @@ def main(argv=None) -> dict:
     data = make_batch(args, spec["vocab_size"])
     lengths = data.batch["attention_mask"].sum(-1).double()
     tokens = int(lengths.sum())
+    if args.lora_rank:
+        result = lora_main(args, spec, data, lengths)
+        write(result, args.out)
+        return result
     config = ActorConfig(model=spec, device=args.device, dtype="bfloat16", lr=1e-7, grad_clip=1.0,
                          ppo_mini_batch_size=args.mini_batch, micro_batch_size=args.ref_micro_batch_size,
                          use_remove_padding=True, gradient_checkpointing=True, seed=args.seed)
@@ -254,11 +363,7 @@ def main(argv=None) -> dict:
         ratio = f"{b / a:.2f}x" if a and b is not None else "-"
         print(f"{label:22}{cell(a):>14}{cell(b):>14}{ratio:>9}")
     print(f"log-prob |ref - ours|: max {max_diff:.3g}, mean {mean_diff:.3g}")
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1, default=str)
-        print(f"wrote {args.out}")
+    write(result, args.out)
     return result
 
 

@@ -255,3 +255,24 @@ def check_lora_dist_steps(tmp_path):
     resumed.load_checkpoint(str(tmp_path / "lora_ckpt"))
     for k, v in resumed.get_full_state_dict().items():
         torch.testing.assert_close(v, state[k], atol=1e-5, rtol=1e-5)
+
+
+def test_bench_update_compares_lora_with_full_fine_tuning(tmp_path, capsys):
+    """scripts/bench_update.py --lora-rank on the tiny Qwen3 shape: both runs finish on the same tokens;
+    LoRA trains a fraction of the parameters and holds less training state (no base grads or Adam moments)."""
+    import importlib.util
+    import json
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_update.py")
+    spec = importlib.util.spec_from_file_location("bench_update", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.main(["--tiny", "--shape", "tiny-qwen3", "--lora-rank", "4", "--out", str(tmp_path / "b.json")])
+    full, lora = result["runs"]
+    assert (full["name"], lora["name"]) == ("full", "lora r4")
+    assert "error" not in full and "error" not in lora
+    assert lora["trainable_params"] < full["trainable_params"] / 4 and full["trainable_params"] == full["params"]
+    assert result["ratio_train_state_gib"] < 0.6
+    assert full["update_tokens_per_s"] > 0 and lora["update_tokens_per_s"] > 0
+    assert json.loads((tmp_path / "b.json").read_text())["lora_rank"] == 4
+    assert "train state GiB" in capsys.readouterr().out
