@@ -161,10 +161,12 @@ def test_export_hf_merges_the_adapters(tmp_path):
 
 
 def test_packed_path_with_adapters_equals_the_padded_path():
-    """LoRA composes with use_remove_padding (packed rows, chunked head): same log-probs, reference
-    log-probs and adapter updates as the padded full-vocab path."""
+    """LoRA composes with use_remove_padding (packed rows, chunked head) and activation checkpointing (a
+    frozen embedding feeds it inputs that need no grad): same log-probs, reference log-probs and adapter
+    updates as the padded full-vocab path."""
     ref = make_actor(logprob_chunk_size=None)
-    fast = make_actor(use_remove_padding=True, logprob_chunk_size=5, max_tokens_per_micro_batch=40)
+    fast = make_actor(use_remove_padding=True, logprob_chunk_size=5, max_tokens_per_micro_batch=40,
+                      gradient_checkpointing=True)
     for w in (ref, fast):
         perturb_adapters(w.model)
     data = make_batch(seed=2)
