@@ -40,5 +40,9 @@ def make_env(env_cfg, tokenizer) -> RouterEnv:
         budget_in_prompt=bool(env_cfg.get("budget_in_prompt", True)),
         prompt_template=load_template(env_cfg["prompt_template"]) if env_cfg.get("prompt_template") else None,
         budget_mode=str(env_cfg.get("budget_mode", "end")),
+        # alpha conditioning (configs/embedded_alpha.yaml documents the keys); off while `alphas` is empty
+        alphas=tuple(float(a) for a in (env_cfg.get("alphas") or ())),
+        alpha_seed=int(env_cfg.get("alpha_seed", 0)),
+        val_alpha=None if env_cfg.get("val_alpha") is None else float(env_cfg["val_alpha"]),
     )
     return RouterEnv(cfg, tokenizer, registry, client, RewardConfig(alpha=float(env_cfg.get("alpha", 0.0))))

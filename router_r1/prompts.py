@@ -19,8 +19,8 @@ SUBMODEL_SYSTEM = (
 )
 
 # Placeholders a template may use; {question} is required.
-PLACEHOLDERS = ("question", "pool", "budget")
-_PLACEHOLDER_RE = re.compile(r"\{(question|pool|budget)\}")
+PLACEHOLDERS = ("question", "pool", "budget", "alpha")
+_PLACEHOLDER_RE = re.compile(r"\{(question|pool|budget|alpha)\}")
 
 DEFAULT_TEMPLATE = (
     "Answer the question at the end. You work as a router: you reason on your own and "
@@ -35,7 +35,7 @@ DEFAULT_TEMPLATE = (
     "Cost: every consultation is paid for, in proportion to the model's price and the "
     "length of its reply. Consult only when it helps, prefer a cheaper model that is "
     "likely to know, and answer without consulting when you are sure.\n\n"
-    "{budget}"
+    "{alpha}{budget}"
     "Models:\n{pool}\n\n"
     "Question: {question}\n"
 )
@@ -83,6 +83,15 @@ def budget_text(turn_budget: int | None) -> str:
     return f"You may consult the models at most {times} for this question; then you must answer.\n\n"
 
 
+def alpha_text(alpha: float | None) -> str:
+    """The cost-preference sentence of an alpha-conditioned prompt (with its paragraph break), or ""."""
+    if alpha is None:
+        return ""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be a number in [0, 1] or None, got {alpha!r}")
+    return f"Cost weight for this question: {float(alpha):g} (0: only a right answer counts; 1: cost counts most).\n\n"
+
+
 def budget_exhausted_message() -> str:
     """The environment's reply to a refused route: an <information> block the policy must answer after."""
     return wrap_information(BUDGET_EXHAUSTED_TEXT)
@@ -107,7 +116,7 @@ def load_template(path: str | Path) -> str:
 
 
 def fill_template(template: str, **values: str) -> str:
-    """Substitute {question}/{pool}/{budget} in one pass; other braces are left alone.
+    """Substitute {question}/{pool}/{budget}/{alpha} in one pass; other braces are left alone.
 
     Unlike str.format, braces in the template or in the values (JSON, LaTeX, a question
     that mentions "{pool}") are never interpreted.
@@ -120,18 +129,24 @@ def build_router_prompt(
     registry: ModelRegistry,
     template: str | None = None,
     turn_budget: int | None = None,
+    alpha: float | None = None,
 ) -> list[dict[str, str]]:
-    """The router's chat messages: a single user message with instructions, pool and question."""
+    """The router's chat messages: a single user message with instructions, pool and question.
+
+    `alpha` (alpha-conditioned routers) states the cost weight: at {alpha}, or, in a template
+    without it (one written before conditioning existed), just before the budget sentence at {budget}.
+    """
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"build_router_prompt: question must be a non-empty string, got {question!r}")
     template = DEFAULT_TEMPLATE if template is None else template
     _check_template(template, "build_router_prompt")
     if turn_budget is not None and "{budget}" not in template:
         raise TemplateError("build_router_prompt: turn_budget given but the template has no {budget} placeholder")
-    content = fill_template(
-        template,
-        question=question.strip(),
-        pool=pool_descriptors(registry),
-        budget=budget_text(turn_budget),
-    )
+    if alpha is not None and "{alpha}" not in template and "{budget}" not in template:
+        raise TemplateError("build_router_prompt: alpha given but the template has neither {alpha} nor {budget}")
+    budget, cost = budget_text(turn_budget), alpha_text(alpha)
+    if "{alpha}" not in template:
+        budget, cost = cost + budget, ""
+    content = fill_template(template, question=question.strip(), pool=pool_descriptors(registry),
+                            budget=budget, alpha=cost)
     return [{"role": "user", "content": content}]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from router_r1.pool.registry import ModelRegistry
 from router_r1.reward.cost import CostNormalizer
@@ -92,15 +92,20 @@ def compute_scores(
     registry: ModelRegistry,
     normalizer: CostNormalizer,
     cfg: RewardConfig | None = None,
+    alphas: Sequence[float] | None = None,
 ) -> tuple[list[float], list[dict]]:
-    """Score a batch; cost rewards come from one window read (CostNormalizer.score_batch)."""
+    """Score a batch; cost rewards come from one window read (CostNormalizer.score_batch).
+
+    `alphas` (alpha-conditioned training) gives each response its own alpha in place of cfg.alpha.
+    """
     n = len(responses)
-    for field, seq in (("golds", golds), ("costs", costs), ("route_counts", route_counts)):
-        if len(seq) != n:
+    for field, seq in (("golds", golds), ("costs", costs), ("route_counts", route_counts), ("alphas", alphas)):
+        if seq is not None and len(seq) != n:
             raise ValueError(f"compute_scores: {field} has {len(seq)} entries, responses has {n}")
     cfg = cfg or RewardConfig()
+    cfgs = [cfg] * n if alphas is None else [replace(cfg, alpha=float(a)) for a in alphas]
     judged = [_judge(r, g, k, registry, cfg) for r, g, k in zip(responses, golds, route_counts)]
     _warn_no_gold(judged)
     cost_rewards = normalizer.score_batch(costs)
-    out = [_gate(m, c, cr, cfg) for m, c, cr in zip(judged, costs, cost_rewards)]
+    out = [_gate(m, c, cr, c_) for m, c, cr, c_ in zip(judged, costs, cost_rewards, cfgs)]
     return [s for s, _ in out], [m for _, m in out]

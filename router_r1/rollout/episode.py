@@ -123,6 +123,7 @@ class TurnRules:
         ep.pool_failures += int(not result.ok)
         ep.turns[-1].update({"ok": result.ok, "error": result.error, "cost_usd": result.cost_usd,
                              "latency_s": result.latency_s, "cached": result.cached,
+                             "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
                              "information": None if result.text is None else clean_text(result.text)})
         self._append_env(ep, obs)
 

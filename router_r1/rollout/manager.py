@@ -19,6 +19,10 @@ behaviour policy's log-probs that off-policy training corrects against).
 Turn budgets (AdaTurn, off unless `budgets` is set): each prompt gets a budget T_max drawn
 from `budgets`, stated in its prompt and used as its episode's routing limit; what a
 route asked for after the budget is spent leads to is `budget_mode` (episode.BUDGET_MODES).
+
+Alpha conditioning (off unless `alphas` is set): each prompt gets a cost weight alpha drawn
+from `alphas`, stated in its prompt (prompts.alpha_text), and its reward uses that alpha; the
+cost normaliser's window is shared by all alphas. One policy then serves any cost preference.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ from router_r1.reward.format import FORMAT_RULES
 from router_r1.reward.score import RewardConfig, compute_scores
 from router_r1.row_check import check_router_row
 from router_r1.rollout.episode import Episode, TurnRules
+from router_r1.routing_collapse import collapse_metrics
 from verl.trainer.env import GenerateFn, RolloutResult
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
 
@@ -61,8 +66,17 @@ class RouterConfig:
     budget_in_prompt: bool = True  # rebuild each prompt with its budget sentence (needs extra_info.question)
     prompt_template: str | None = None  # template text for that rebuild (None: prompts.DEFAULT_TEMPLATE)
     budget_mode: str = "end"  # end | forced | mask | penalize (episode.BUDGET_MODES)
+    # Alpha conditioning. alphas: the set a prompt's cost weight is drawn from (empty: the reward's one alpha,
+    # prompts as given); val_alpha: the validation alpha (None: drawn per prompt, the same at every validation).
+    alphas: tuple[float, ...] = ()
+    alpha_seed: int = 0
+    val_alpha: float | None = None
 
     def __post_init__(self):
+        self.alphas = tuple(float(a) for a in self.alphas)
+        for a in [*self.alphas, *([] if self.val_alpha is None else [self.val_alpha])]:
+            if not 0.0 <= a <= 1.0:
+                raise ValueError(f"env.alphas / env.val_alpha must be in [0, 1], got {a}")
         self.budgets = tuple(int(b) for b in self.budgets)
         for b in [*self.budgets, *([] if self.val_budget is None else [self.val_budget])]:
             if b < 0:
@@ -110,18 +124,32 @@ class RouterEnv:
         rng = np.random.default_rng(key)
         return self.cfg.budgets[int(rng.integers(len(self.cfg.budgets)))]
 
+    def alpha_of(self, uid: str, sampling: SamplingParams, validate: bool) -> float | None:
+        """The prompt's cost weight: drawn as budget_of draws T_max (its own stream), None without alphas."""
+        if not self.cfg.alphas:
+            return None
+        if validate and self.cfg.val_alpha is not None:
+            return self.cfg.val_alpha
+        key = [self.cfg.alpha_seed, zlib.crc32(str(uid).encode()), 1]  # 1: a stream apart from the budget's
+        if not validate:
+            key.append(0 if sampling.seed is None else int(sampling.seed))
+        rng = np.random.default_rng(key)
+        return self.cfg.alphas[int(rng.integers(len(self.cfg.alphas)))]
+
     def row_load(self, row, sampling: SamplingParams, validate: bool) -> float:
         """The row's routing limit as its episode will have it: the engine's hint for spreading rows over ranks."""
         budget = self.budget_of(row.uid, sampling, validate)
         return float(self.cfg.max_turns if budget is None else budget)
 
-    def budget_prompt(self, row, budget: int, i: int) -> list[int]:
-        """The row's prompt rebuilt from its question with the budget sentence."""
+    def budget_prompt(self, row, budget: int | None, i: int, alpha: float | None = None) -> list[int]:
+        """The row's prompt rebuilt from its question with the budget and cost-weight sentences."""
         info = row.fields.get("extra_info") or {}
         question = info.get("question") if isinstance(info, dict) else None
         if not isinstance(question, str) or not question.strip():
-            raise ValueError(f"row {i} (uid {row.uid}): env.budget_in_prompt needs extra_info.question")
-        messages = build_router_prompt(question, self.registry, self.cfg.prompt_template, turn_budget=budget)
+            why = "env.alphas" if budget is None else "env.budget_in_prompt"
+            raise ValueError(f"row {i} (uid {row.uid}): {why} needs extra_info.question")
+        messages = build_router_prompt(question, self.registry, self.cfg.prompt_template, turn_budget=budget,
+                                       alpha=alpha)
         text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
@@ -129,9 +157,11 @@ class RouterEnv:
         episodes = []
         for i, r in enumerate(rows):
             budget = self.budget_of(r.uid, sampling, validate)
+            alpha = self.alpha_of(r.uid, sampling, validate)
+            stated = budget if self.cfg.budget_in_prompt else None
             ids = list(r.prompt_ids)
-            if budget is not None and self.cfg.budget_in_prompt:
-                ids = self.budget_prompt(r, budget, i)
+            if stated is not None or alpha is not None:
+                ids = self.budget_prompt(r, stated, i, alpha)
             episodes.append(Episode(prompt_ids=ids, max_turns=budget))
         return episodes
 
@@ -140,6 +170,7 @@ class RouterEnv:
         """Play one episode per row. `generate` is a batch function, or an engine with async
         `generate_one` (the continuous schedule uses it directly; the others need a batch function)."""
         episodes = self.episodes_for(rows, sampling, validate)
+        alphas = [self.alpha_of(r.uid, sampling, validate) for r in rows]
         sampling = self.turn_sampling(sampling)
         track = _LogprobTrack(episodes) if sampling.return_logprobs else None
         if self.cfg.schedule == "continuous":
@@ -151,7 +182,10 @@ class RouterEnv:
             self._run_sync(episodes, generate, sampling, track)
         else:
             self.client.run(self._run_overlap(episodes, generate, sampling, track))
-        return self._result(episodes, track)
+        result = self._result(episodes, track)
+        if self.cfg.alphas:
+            result.info["alpha"] = alphas
+        return result
 
     def _generated(self, ep: Episode, out, track: "_LogprobTrack | None"):
         """Hand a generated turn to the rules (recording its log-probs first); returns the route or None."""
@@ -159,20 +193,22 @@ class RouterEnv:
             track.record(ep, out)
         return self.rules.after_generation(ep, out.token_ids)
 
+    async def play(self, ep: Episode, engine: AsyncRolloutBackend, sampling: SamplingParams,
+                   track: "_LogprobTrack | None" = None) -> None:
+        """One episode to its end: generate a turn, call the pool, repeat (`sampling` as turn_sampling made it).
+        The continuous schedule runs one per row; the router server runs one per request."""
+        while not ep.done:
+            action = self._generated(ep, await engine.generate_one(ep.context(), sampling), track)
+            if action is not None:
+                self.rules.after_pool(ep, await self.client.route_one(RouteRequest(action.model, action.query)))
+        release = getattr(engine, "release", None)
+        if release is not None:  # the engine may free what it kept of this episode
+            release(ep.context())
+
     async def _run_continuous(self, episodes: list[Episode], engine: AsyncRolloutBackend,
                               sampling: SamplingParams, track: "_LogprobTrack | None") -> None:
-        release = getattr(engine, "release", None)
-
-        async def play(ep: Episode) -> None:
-            while not ep.done:
-                action = self._generated(ep, await engine.generate_one(ep.context(), sampling), track)
-                if action is not None:
-                    self.rules.after_pool(ep, await self.client.route_one(RouteRequest(action.model, action.query)))
-            if release is not None:  # the engine may free what it kept of this episode
-                release(ep.context())
-
         # A failing episode means a bug in our code (the client never raises): surface it.
-        await asyncio.gather(*(play(ep) for ep in episodes))
+        await asyncio.gather(*(self.play(ep, engine, sampling, track) for ep in episodes))
 
     def _run_sync(self, episodes: list[Episode], generate: GenerateFn, sampling: SamplingParams,
                   track: "_LogprobTrack | None" = None) -> None:
@@ -253,9 +289,10 @@ class RouterEnv:
     # ------------------------------------------------------------------ reward
     def score(self, result: RolloutResult, rows, validate: bool):
         golds = [_golds(r.fields, i) for i, r in enumerate(rows)]
+        alphas = result.info.get("alpha")  # per-prompt cost weights (alpha conditioning), one shared window
         scores, per = compute_scores(result.info["text"], golds, result.info["cost_usd"],
                                      result.info["route_count"], self.registry,
-                                     self.normalizers["val" if validate else "train"], self.reward)
+                                     self.normalizers["val" if validate else "train"], self.reward, alphas=alphas)
         if self.cfg.budget_mode == "penalize":
             scores = [self.reward.format_penalty if hit else s for s, hit in zip(scores, result.info["hit_budget"])]
         metrics = {k: [float(m[k]) for m in per] for k in ("em", "f1", "format_ok", "cost_usd", "cost_reward",
@@ -267,12 +304,18 @@ class RouterEnv:
             metrics["forced"] = [float(x) for x in result.info["forced"]]
             for b in sorted(set(result.info["turn_budget"])):
                 metrics[f"budget_{b}/em"] = [m["em"] for m, tb in zip(per, result.info["turn_budget"]) if tb == b]
+        if alphas:  # accuracy and spend at each cost weight
+            for a in sorted(set(alphas)):
+                for k in ("em", "cost_usd"):
+                    metrics[f"alpha_{a:g}/{k}"] = [float(m[k]) for m, x in zip(per, alphas) if x == a]
         metrics["pool_failures"] = [float(x) for x in result.info["pool_failures"]]
         metrics.update(self.health.observe(result.info["turns"], validate))
         for name in self.registry.names:  # share of trajectories that called each model
             key = f"calls/{name}"
             metrics[key] = [float(sum(t.get("model") == name and "ok" in t for t in turns))
                             for turns in result.info["turns"]]
+        metrics.update(collapse_metrics(result.info["turns"], [r.fields.get("data_source") for r in rows],
+                                        self.registry.names))
         return np.asarray(scores, dtype=np.float32), metrics
 
     def state_dict(self) -> dict:

@@ -1,0 +1,395 @@
+"""An OpenAI-compatible endpoint for a trained router.
+
+    python -m router_r1.serve --checkpoint outputs/embedded/ppo --pool configs/pool/sim.yaml --sim
+    python -m router_r1.serve --checkpoint RUN --pool configs/pool/paper.yaml --token-env ROUTER_SERVE_TOKEN
+
+`GET /v1/models`, `POST /v1/chat/completions`. The last user message is the question; the
+server plays the router's episode (the training environment's turn rules, the same pool
+client) and returns the final answer as the assistant message. `usage` counts the router's
+tokens and the pool's; the `router_r1` field of the response carries the cost in USD, the
+calls (model, sub-question, latency, cost) and, with `"trace": true`, the prompt and the
+trajectory. `"stream": true` streams the final answer. An alpha-conditioned router takes
+the cost weight from `"alpha": 0.6` in the body or a model name `router-r1@0.6`.
+
+A failing pool model is an observation for the router, as in training; a request fails
+(OpenAI-style error JSON) only when the router gives no answer. Binds 127.0.0.1 unless
+--host says otherwise; --token-env VAR requires `Authorization: Bearer $VAR`. Pool keys
+come from the pool yaml's api_key_env and never reach a response or a log line.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from aiohttp import web
+
+from router_r1.eval.evaluate import (USER_ERRORS, Pool, Policy, check_checkpoint, fit_context, load_policy, open_pool,
+                                     quiet_transformers, tokenize_prompt)
+from router_r1.pool.server import ServerThread, error_response, start_site
+from router_r1.prompts import build_router_prompt
+from router_r1.reward.score import RewardConfig
+from router_r1.rollout.manager import RouterConfig, RouterEnv
+from router_r1.serve_engine import Answered, RunSettings, ServeError, load_run_settings, play_episode, request_sampling
+from verl.workers.rollout.base import as_async
+
+log = logging.getLogger("router_r1.serve")
+MODEL_NAME = "router-r1"
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None):
+        super().__init__(message)
+        self.param, self.status, self.code = param, status, code
+
+
+@dataclass
+class ChatCall:
+    question: str
+    model: str
+    alpha: float | None  # None: an unconditioned router (its prompt states no alpha)
+    temperature: float | None
+    top_p: float
+    seed: int | None
+    stream: bool
+    include_usage: bool
+    trace: bool
+
+
+class RouterService:
+    """One loaded router, its pool and environment, shared by every request."""
+
+    def __init__(self, policy: Policy, pool: Pool, rcfg: RouterConfig, settings: RunSettings,
+                 name: str = MODEL_NAME, max_batch: int = 64):
+        self.policy, self.pool, self.settings, self.name = policy, pool, settings, name
+        self.env = RouterEnv(rcfg, policy.tokenizer, pool.registry, pool.client, RewardConfig())
+        self.engine = as_async(policy.generate, max_batch)  # one engine: concurrent requests' turns share batches
+
+    @property
+    def conditioned(self) -> bool:
+        return bool(self.settings.alphas)
+
+    def model_ids(self) -> list[str]:
+        return [self.name] + [f"{self.name}@{a:g}" for a in self.settings.alphas]
+
+    def parse(self, body: object) -> ChatCall:
+        """Validate a chat-completions body; BadRequest names the offending field."""
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise BadRequest("'model' must be a non-empty string", "model")
+        base, _, at = model.partition("@")
+        if base != self.name or (at and not self.conditioned):
+            raise BadRequest(f"model {model!r} does not exist (known: {self.model_ids()})", "model", 404,
+                             "model_not_found")
+        alpha = body.get("alpha")
+        if at:
+            try:
+                named = float(at)
+            except ValueError:
+                raise BadRequest(f"model {model!r}: the part after '@' must be a number (the alpha)", "model") from None
+            if alpha is not None and alpha != named:
+                raise BadRequest(f"'alpha' {alpha} disagrees with the model name {model!r}", "alpha")
+            alpha = named
+        if alpha is not None:
+            if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+                raise BadRequest("'alpha' must be a number in [0, 1]", "alpha")
+            if not self.conditioned and float(alpha) != self.settings.alpha:
+                raise BadRequest(f"this router was trained at the fixed alpha {self.settings.alpha:g}; it cannot take "
+                                 f"another (an alpha-conditioned run can)", "alpha")
+        alpha = (self.settings.alpha if alpha is None else float(alpha)) if self.conditioned else None
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'messages' must be a non-empty list", "messages")
+        users = [(i, m) for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"]
+        if not users:
+            raise BadRequest("'messages' holds no user message (the question)", "messages")
+        i, last = users[-1]
+        question = _text(last.get("content"), i)
+        if not question.strip():
+            raise BadRequest(f"messages[{i}].content is empty", f"messages[{i}].content")
+        if body.get("n", 1) != 1:
+            raise BadRequest("only n=1 is supported", "n")
+        temperature = body.get("temperature")
+        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                        or not 0 <= temperature <= 2):
+            raise BadRequest("'temperature' must be a number in [0, 2]", "temperature")
+        top_p = body.get("top_p", 1.0)
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise BadRequest("'top_p' must be a number in (0, 1]", "top_p")
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise BadRequest("'seed' must be an integer", "seed")
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise BadRequest("'stream_options' must be an object", "stream_options")
+        return ChatCall(question, model, alpha, temperature, float(top_p), seed, bool(body.get("stream")),
+                        bool(options.get("include_usage")), bool(body.get("trace")))
+
+    def prompt_ids(self, question: str, alpha: float | None) -> list[int]:
+        messages = build_router_prompt(question, self.pool.registry, self.policy.template, alpha=alpha)
+        return tokenize_prompt(self.policy.tokenizer, messages)
+
+    async def answer(self, call: ChatCall) -> tuple[list[int], Answered]:
+        prompt = self.prompt_ids(call.question, call.alpha)
+        if self.policy.max_positions is not None and len(prompt) >= self.policy.max_positions:
+            raise BadRequest(f"the question makes a prompt of {len(prompt)} tokens; the router's context holds "
+                             f"{self.policy.max_positions}", "messages", code="context_length_exceeded")
+        sampling = request_sampling(call.temperature, call.top_p, call.seed)
+        return prompt, await play_episode(self.env, prompt, self.engine, sampling)
+
+    def completion(self, call: ChatCall, prompt: list[int], done: Answered) -> dict:
+        """The chat.completion body (without choices' content for streaming, which adds it in chunks)."""
+        ep = done.episode
+        router_out = int(sum(ep.response_mask))
+        router_in = len(prompt) + len(ep.response_mask) - router_out  # the prompt and the information blocks
+        pool_in = sum(c.prompt_tokens for c in done.calls)
+        pool_out = sum(c.completion_tokens for c in done.calls)
+        ext = {"alpha": call.alpha, "cost_usd": done.cost_usd, "latency_s": done.wall_s, "turns": ep.turn,
+               "format_ok": done.format_ok,
+               "calls": [{"model": c.model, "sub_question": c.sub_question, "ok": c.ok, "error": c.error,
+                          "latency_s": c.latency_s, "cost_usd": c.cost_usd} for c in done.calls],
+               "usage": {"router_prompt_tokens": router_in, "router_completion_tokens": router_out,
+                         "pool_prompt_tokens": pool_in, "pool_completion_tokens": pool_out}}
+        if call.trace:
+            ext["trace"] = {"prompt": self.policy.tokenizer.decode(prompt, skip_special_tokens=True),
+                            "trajectory": ep.text, "format_reason": done.format_reason,
+                            "turns": [{k: t.get(k) for k in ("action", "model", "query", "answer", "reason", "ok",
+                                                             "error", "cost_usd", "latency_s", "information")}
+                                      for t in ep.turns]}
+        return {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
+                "model": call.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": done.answer},
+                             "finish_reason": "stop", "logprobs": None}],
+                "usage": {"prompt_tokens": router_in + pool_in, "completion_tokens": router_out + pool_out,
+                          "total_tokens": router_in + pool_in + router_out + pool_out},
+                "router_r1": ext}
+
+    async def aclose(self) -> None:
+        await self.pool.client.aclose()  # the HTTP clients this loop opened
+
+
+def _text(content: object, i: int) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    raise BadRequest(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
+
+
+def no_answer_error(done: Answered) -> web.Response:
+    ep = done.episode
+    why = ("the response length budget ran out" if ep.truncated else
+           "the turn budget ran out" if ep.hit_budget else f"its output has no answer ({done.format_reason})")
+    # 500, but not worth a retry by the client (the openai SDK reads x-should-retry)
+    return error_response(500, f"the router did not answer: {why}", "server_error", code="router_no_answer",
+                          headers={"x-should-retry": "false"})
+
+
+def make_app(service: RouterService, token: str | None = None) -> web.Application:
+    """The aiohttp application serving `service` under /v1."""
+
+    @web.middleware
+    async def auth(request: web.Request, handler):
+        if token is not None:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return error_response(401, "invalid or missing bearer token", "invalid_request_error",
+                                      code="invalid_api_key")
+        return await handler(request)
+
+    async def list_models(request: web.Request) -> web.Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "router-r1"} for m in service.model_ids()]
+        return web.json_response({"object": "list", "data": data})
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        try:
+            body = json.loads(await request.read())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return error_response(400, "request body is not valid JSON", "invalid_request_error")
+        try:
+            call = service.parse(body)
+            prompt, done = await service.answer(call)
+        except BadRequest as e:
+            return error_response(e.status, str(e), "invalid_request_error", param=e.param, code=e.code)
+        except Exception as e:  # a bug or a dead model: the server's error, said without internals
+            log.exception("request failed")
+            return error_response(500, f"router error: {type(e).__name__}", "server_error")
+        log.info("%s alpha=%s calls=%d cost_usd=%.3g answered=%s %.2fs", call.model, call.alpha, len(done.calls),
+                 done.cost_usd, done.answer is not None, done.wall_s)
+        if done.answer is None:
+            return no_answer_error(done)
+        body = service.completion(call, prompt, done)
+        if not call.stream:
+            return web.json_response(body)
+        return await stream(request, call, body)
+
+    async def on_cleanup(app: web.Application) -> None:
+        await service.aclose()
+
+    app = web.Application(middlewares=[auth])
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.on_cleanup.append(on_cleanup)
+    return app
+
+
+async def stream(request: web.Request, call: ChatCall, body: dict) -> web.StreamResponse:
+    """The answer as server-sent chat.completion.chunk events (word pieces), then usage if asked, then [DONE]."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    head = {k: body[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    async def send(delta: dict, finish: str | None = None, **extra) -> None:
+        chunk = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra}
+        await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+    answer = body["choices"][0]["message"]["content"]
+    await send({"role": "assistant", "content": ""})
+    for piece in _pieces(answer):
+        await send({"content": piece})
+    await send({}, "stop", router_r1=body["router_r1"])
+    if call.include_usage:
+        await resp.write(f"data: {json.dumps({**head, 'choices': [], 'usage': body['usage']})}\n\n".encode())
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+def _pieces(text: str) -> list[str]:
+    """Words with their following spaces: joined they give `text` back exactly."""
+    return re.findall(r"\s+|\S+\s*", text)
+
+
+class RouterServerThread(ServerThread):
+    """The router server in a background thread with its own event loop (tests, benchmarks)."""
+
+    def __init__(self, service: RouterService, host: str = "127.0.0.1", port: int = 0, token: str | None = None):
+        super().__init__(service, host, port, token)
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        runner, self.port = await start_site(make_app(self.backend, self._token), self.host, self.port)
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A run's output dir (its hf/ export) or an HF model dir."""
+    path = Path(path)
+    if not (path / "config.json").is_file() and (path / "hf" / "config.json").is_file():
+        path = path / "hf"
+    return check_checkpoint(path)
+
+
+def build_service(policy: Policy, pool: Pool, settings: RunSettings, name: str = MODEL_NAME,
+                  max_batch: int = 64) -> RouterService:
+    """The service over a loaded policy and an open pool; the turn settings are the run's."""
+    rcfg = RouterConfig(**settings.turns, schedule="sync")
+    if settings.alphas and policy.template is not None and not any(
+            p in policy.template for p in ("{alpha}", "{budget}")):
+        raise ServeError("the run is alpha-conditioned but its prompt template has neither {alpha} nor {budget}")
+    probe = tokenize_prompt(policy.tokenizer, build_router_prompt("?", pool.registry, policy.template,
+                                                                  alpha=settings.alpha if settings.alphas else None))
+    rcfg = fit_context([probe], ["the prompt template"], policy, rcfg, log=log.warning)
+    return RouterService(policy, pool, rcfg, settings, name, max_batch)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m router_r1.serve", description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True, help="a run's output dir (its hf/ export) or an HF model dir")
+    p.add_argument("--pool", default=None, help="pool yaml (default: the run's, else the simulated pool)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--pool-url", default=None, help="endpoint for every model of the yaml")
+    src.add_argument("--sim", action="store_true", help="serve the pool yaml's sim profiles in-process")
+    p.add_argument("--sim-seed", type=int, default=0)
+    p.add_argument("--sim-latency", type=float, default=1.0, help="sim latency scale (0: answer at once)")
+    p.add_argument("--include-unseen", action="store_true", help="the router may call models marked unseen")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--token-env", metavar="VAR", help="require 'Authorization: Bearer $VAR' on every request")
+    p.add_argument("--model-name", default=MODEL_NAME)
+    for k in ("max-turns", "max-obs-length", "response-length", "max-response-length"):
+        p.add_argument(f"--{k}", type=int, default=None, help="override the run's saved setting")
+    p.add_argument("--alpha", type=float, default=None, help="default alpha (conditioned runs; default: the run's)")
+    p.add_argument("--alphas", type=float, nargs="+", default=None,
+                   help="declare the run alpha-conditioned on these (when its saved config does not say)")
+    p.add_argument("--prompt-template", default=None, help="default: the checkpoint's prompt_template.txt")
+    p.add_argument("--device", default=None)
+    p.add_argument("--rollout", default="auto", help="auto | hf | hf_static")
+    p.add_argument("--max-batch", type=int, default=64, help="most requests in one generate call")
+    return p.parse_args(argv)
+
+
+@contextmanager
+def serving(a: argparse.Namespace) -> Iterator[RouterService]:
+    """The service the CLI serves: checkpoint, the run's settings (flags override), pool and policy."""
+    ckpt = resolve_checkpoint(a.checkpoint)
+    settings = load_run_settings(ckpt, {"max_turns": a.max_turns, "max_obs_length": a.max_obs_length,
+                                        "response_length": a.response_length,
+                                        "max_response_length": a.max_response_length, "alpha": a.alpha,
+                                        "alphas": a.alphas})
+    with open_pool(a.pool or settings.pool, pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed,
+                   sim_latency=a.sim_latency, include_unseen=a.include_unseen) as pool:
+        quiet_transformers()
+        policy = load_policy(ckpt, a.device, a.prompt_template, a.rollout, a.max_batch)
+        service = build_service(policy, pool, settings, a.model_name, a.max_batch)
+        log.info("serving %s as %s; settings from %s: %s, alphas %s; pool %s", ckpt, service.model_ids(),
+                 settings.source, settings.turns, list(settings.alphas) or f"fixed {settings.alpha:g}", pool.where)
+        yield service
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("httpx", "openai"):  # one line per pool call otherwise
+        logging.getLogger(name).setLevel(logging.WARNING)
+    token = None
+    if a.token_env:
+        token = os.environ.get(a.token_env)
+        if not token:
+            print(f"error: --token-env {a.token_env}: that environment variable is not set or empty", file=sys.stderr)
+            return 2
+    try:
+        with serving(a) as service:
+            asyncio.run(_serve_forever(service, a.host, a.port, token))
+    except (*USER_ERRORS, ServeError) as e:
+        print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
+        return 2
+    return 0
+
+
+async def _serve_forever(service: RouterService, host: str, port: int, token: str | None) -> None:
+    runner, port = await start_site(make_app(service, token), host, port)
+    print(f"router server listening on http://{host}:{port}/v1 (auth {'on' if token else 'off'})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

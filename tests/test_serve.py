@@ -1,0 +1,172 @@
+"""The router server: the real `openai` client against the real server on loopback, a tiny router trained
+by the fixture, the simulated pool behind a real pool server that checks its key."""
+import json
+import logging
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import openai
+import pytest
+
+from router_r1.eval.evaluate import Pool, load_policy, router_episodes, tokenize_prompt
+from router_r1.pool.client import PoolClient
+from router_r1.pool.registry import ModelRegistry
+from router_r1.pool.server import ServerThread, SimBackend
+from router_r1.prompts import build_router_prompt
+from router_r1.protocol import NO_REPLY_TEXT
+from router_r1.rollout.manager import RouterConfig
+from router_r1.serve import RouterServerThread, build_service, parse_args, serving
+from router_r1.serve_engine import RunSettings, ServeError, load_run_settings
+from serve_fixture import ALPHAS, ANSWER, BIG, SIM, SUB_QUESTION, TURNS, build_trained_router
+from verl.workers.rollout.base import SamplingParams
+
+POOL_KEY = "pool-key-7f3a9c-never-shown"
+WRONG_KEY = "wrong-key-51be02-never-shown"
+CLIENT_TOKEN = "client-token-1"
+QUESTION = "What is the capital of Veloria?"
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return build_trained_router(tmp_path_factory.mktemp("router") / "hf")
+
+
+@pytest.fixture(scope="module")
+def pool_server():
+    # the simulated pool behind a server that wants the pool key
+    with ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0), token=POOL_KEY) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def served(ckpt, pool_server):
+    """The CLI's own service (serving()), behind the server thread, with a client token."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ROUTER_SIM_API_KEY", POOL_KEY)
+    args = parse_args(["--checkpoint", str(ckpt.parent), "--pool", str(SIM), "--pool-url", pool_server.url])
+    with serving(args) as service, RouterServerThread(service, token=CLIENT_TOKEN) as srv:
+        yield service, srv
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=served[1].url, api_key=CLIENT_TOKEN, max_retries=0, timeout=60)
+
+
+def ask(client, model="router-r1", **kw):
+    return client.chat.completions.create(model=model, messages=[{"role": "user", "content": QUESTION}], **kw)
+
+
+def test_models_answer_usage_cost_and_trace(served, client, caplog):
+    caplog.set_level(logging.DEBUG)
+    service, _ = served
+    assert service.settings.turns == TURNS and service.settings.alphas == ALPHAS  # the run's saved settings
+    assert [m.id for m in client.models.list()] == ["router-r1", "router-r1@0", "router-r1@0.6"]
+    r = ask(client, "router-r1@0.6", extra_body={"trace": True})
+    assert r.choices[0].message.content == ANSWER and r.choices[0].finish_reason == "stop"
+    ext = r.model_extra["router_r1"]
+    assert ext["alpha"] == 0.6 and ext["format_ok"] and ext["turns"] == 2
+    [call] = ext["calls"]
+    spec = service.pool.registry[BIG]
+    pool_out = ext["usage"]["pool_completion_tokens"]
+    assert call["model"] == BIG and call["sub_question"] == SUB_QUESTION and call["ok"] and call["latency_s"] > 0
+    assert call["cost_usd"] == ext["cost_usd"] == pytest.approx(pool_out * spec.price_out_per_m / 1e6)
+    u = ext["usage"]
+    assert r.usage.prompt_tokens == u["router_prompt_tokens"] + u["pool_prompt_tokens"]
+    assert r.usage.completion_tokens == u["router_completion_tokens"] + pool_out
+    assert u["router_completion_tokens"] == 2 and pool_out > 0  # two turns, one token each (the fixture)
+    assert "Cost weight for this question: 0.6 " in ext["trace"]["prompt"]
+    # the evaluation path (router_episodes: the training env, batch schedule) plays the same episode
+    prompt = tokenize_prompt(service.policy.tokenizer, build_router_prompt(QUESTION, service.pool.registry,
+                                                                           service.policy.template, alpha=0.6))
+    [ep] = router_episodes([prompt], service.policy, service.pool, service.env.cfg,
+                           SamplingParams(greedy=True, temperature=0.0), 1)
+    assert ep["text"] == ext["trace"]["trajectory"] and ep["cost_usd"] == pytest.approx(ext["cost_usd"])
+    # the default alpha is the run's first; "alpha" in the body is the same as the model name
+    plain = ask(client).model_extra["router_r1"]
+    assert plain["alpha"] == 0.0 and "trace" not in plain
+    assert ask(client, extra_body={"alpha": 0.6}).model_extra["router_r1"]["alpha"] == 0.6
+    assert POOL_KEY not in json.dumps(r.model_dump()) and POOL_KEY not in caplog.text
+
+
+def test_streaming_gives_the_answer_and_usage(client):
+    chunks = list(ask(client, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == ANSWER
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+
+
+def test_concurrent_requests_share_generate_calls(served, client):
+    service, _ = served
+    before = len(service.engine.batch_sizes)
+    answers = [None] * 6
+    threads = [threading.Thread(target=lambda i=i: answers.__setitem__(i, ask(client).choices[0].message.content))
+               for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [ANSWER] * 6
+    batches = service.engine.batch_sizes[before:]
+    assert sum(batches) == 12 and max(batches) > 1  # 6 episodes x 2 turns, some turns batched together
+
+
+def test_bad_requests_and_auth_are_openai_errors(served, client):
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=served[1].url, api_key="wrong", max_retries=0).models.list()
+    with pytest.raises(openai.BadRequestError, match="alpha"):
+        ask(client, extra_body={"alpha": 1.5})
+    with pytest.raises(openai.BadRequestError, match="disagrees"):
+        ask(client, "router-r1@0.6", extra_body={"alpha": 0.3})
+    with pytest.raises(openai.NotFoundError, match="model_not_found|does not exist"):
+        ask(client, "gpt-4o")
+    with pytest.raises(openai.BadRequestError, match="user message"):
+        client.chat.completions.create(model="router-r1", messages=[{"role": "system", "content": "hi"}])
+
+
+def test_failing_pool_is_an_observation_and_no_answer_is_an_error(ckpt, pool_server, tmp_path, caplog, monkeypatch):
+    caplog.set_level(logging.DEBUG)
+    # the pool refuses this key (HTTP 401): the call fails, the router reads the failure note and answers
+    yaml_text = SIM.read_text().replace("ROUTER_SIM_API_KEY", "ROUTER_TEST_WRONG_KEY")
+    (tmp_path / "pool.yaml").write_text(yaml_text)
+    monkeypatch.setenv("ROUTER_TEST_WRONG_KEY", WRONG_KEY)
+    full = ModelRegistry.from_yaml(tmp_path / "pool.yaml", base_url=pool_server.url)
+    pool = Pool(full.seen(), full, PoolClient(full, max_retries=0), "refusing pool")
+    policy = load_policy(ckpt)
+    settings = load_run_settings(ckpt)
+    with RouterServerThread(build_service(policy, pool, settings)) as srv:
+        c = openai.OpenAI(base_url=srv.url, api_key="none", max_retries=0, timeout=60)
+        r = ask(c, extra_body={"trace": True})
+        ext = r.model_extra["router_r1"]
+        assert r.choices[0].message.content == ANSWER
+        assert [(x["model"], x["ok"], x["cost_usd"]) for x in ext["calls"]] == [(BIG, False, 0.0)]
+        assert NO_REPLY_TEXT in ext["trace"]["trajectory"]
+        body = json.dumps(r.model_dump())
+    # a router that cannot answer (no routing turn left, and it always routes): an error JSON, not retried
+    no_turns = replace(settings, turns={**settings.turns, "max_turns": 0})
+    with RouterServerThread(build_service(policy, pool, no_turns)) as srv:
+        c = openai.OpenAI(base_url=srv.url, api_key="none", max_retries=2, timeout=60)
+        with pytest.raises(openai.InternalServerError) as err:
+            ask(c)
+        assert err.value.status_code == 500 and err.value.body["code"] == "router_no_answer"
+        assert "turn budget" in err.value.body["message"]
+        assert caplog.text.count("answered=False") == 1  # the SDK did not retry it
+    pool.client.close()
+    for secret in (WRONG_KEY, POOL_KEY):
+        assert secret not in body and secret not in caplog.text and secret not in str(err.value.body)
+
+
+def test_settings_come_from_the_saved_run_config(ckpt, tmp_path):
+    s = load_run_settings(ckpt, {"max_turns": 3, "alpha": None})
+    assert s.turns == {**TURNS, "max_turns": 3} and s.alphas == ALPHAS and s.alpha == 0.0 and s.pool == str(SIM)
+    assert "run_config.yaml" in s.source and "flags" in s.source
+    bare = load_run_settings(tmp_path)  # no saved config: defaults, said so
+    assert bare.source == "defaults" and bare.alphas == () and bare.turns["max_turns"] == 4
+    (tmp_path / "run_config.yaml").write_text("env:\n  max_turns: -1\n")
+    with pytest.raises(ServeError, match=r"run_config.yaml.*max_turns"):
+        load_run_settings(tmp_path)
+    assert isinstance(RouterConfig(**s.turns), RouterConfig) and isinstance(s, RunSettings)
+    assert Path(ckpt / "prompt_template.txt").is_file()
