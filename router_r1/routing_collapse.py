@@ -28,7 +28,7 @@ def shares_entropy(counts: dict[str, int]) -> tuple[dict[str, float], float]:
     if total == 0:
         return dict.fromkeys(counts, 0.0), math.nan
     shares = {m: c / total for m, c in counts.items()}
-    return shares, -sum(p * math.log2(p) for p in shares.values() if p > 0)
+    return shares, 0.0 - sum(p * math.log2(p) for p in shares.values() if p > 0)  # 0.0, not -0.0
 
 
 def by_source(episodes_turns: Sequence[list[dict]], sources: Sequence[str | None],

@@ -1,5 +1,6 @@
 """The router server: the real `openai` client against the real server on loopback, a tiny router trained
 by the fixture, the simulated pool behind a real pool server that checks its key."""
+import argparse
 import json
 import logging
 import threading
@@ -170,3 +171,52 @@ def test_settings_come_from_the_saved_run_config(ckpt, tmp_path):
         load_run_settings(tmp_path)
     assert isinstance(RouterConfig(**s.turns), RouterConfig) and isinstance(s, RunSettings)
     assert Path(ckpt / "prompt_template.txt").is_file()
+
+
+@pytest.fixture(scope="module")
+def val_file(tmp_path_factory):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"data_source": "sim", "prompt": [{"role": "user", "content": q}], "ability": "qa",
+             "reward_model": {"style": "rule", "ground_truth": {"target": [gold]}},
+             "extra_info": {"uid": f"v{i}", "question": q}}
+            for i, (q, gold) in enumerate([(QUESTION, ANSWER), (QUESTION, "Tekrel Ratis")])]
+    path = tmp_path_factory.mktemp("val") / "val.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def test_calibrate_meets_a_target_or_says_it_cannot(ckpt, pool_server, val_file, tmp_path, monkeypatch, capsys):
+    from router_r1.calibrate import Point, choose, main as calibrate_main
+
+    monkeypatch.setenv("ROUTER_SIM_API_KEY", POOL_KEY)
+    base = ["--checkpoint", str(ckpt), "--data", str(val_file), "--pool-url", pool_server.url, "--alphas", "0", "0.6"]
+    # this router sends every question to the dearest model at any alpha: a share of 1 is met, 0.5 is not
+    assert calibrate_main([*base, "--target-dear-share", "1.0", "--out", str(tmp_path / "a")]) == 0
+    out = json.loads((tmp_path / "a" / "calibration.json").read_text())
+    assert out["dearest_model"] == BIG and out["chosen_alpha"] == 0.0  # equal EM: the smaller alpha
+    assert [(p["alpha"], p["em"], p["dear_share"], p["calls_per_question"]) for p in out["points"]] == \
+        [(0.0, 0.5, 1.0, 1.0), (0.6, 0.5, 1.0, 1.0)]  # one of the two golds is ANSWER
+    assert out["points"][0]["cost_per_1k_usd"] > 0
+    assert calibrate_main([*base, "--target-dear-share", "0.5", "--out", str(tmp_path / "b")]) == 1
+    assert "no alpha meets dear_share <= 0.5" in capsys.readouterr().out
+    # the choice: best EM under the target, not the cheapest
+    pts = [Point(a, 10, em, (0, 1), cost, 0.0, 1.0, {}, 0.0)
+           for a, em, cost in ((0.0, 0.6, 30.0), (0.3, 0.55, 20.0), (0.6, 0.5, 12.0), (0.9, 0.3, 5.0))]
+    assert choose(pts, 25.0, "cost_per_1k_usd").alpha == 0.3 and choose(pts, 4.0, "cost_per_1k_usd") is None
+
+
+def test_bench_serve_runs_and_agrees_with_the_evaluation_path(ckpt, val_file):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_serve", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "bench_serve.py")
+    bench_serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_serve)
+    args = argparse.Namespace(checkpoint=str(ckpt), data=str(val_file), pool=None, clients=3, duration=30.0,
+                              max_requests=6, limit=None, sim_latency=0.0, max_turns=None, max_obs_length=None,
+                              response_length=None, max_response_length=None, out=None)
+    out = bench_serve.bench(args)
+    assert out["server"]["requests"] == 6 and out["server"]["answered"] == 6 and out["answers_agree"] == 1.0
+    assert out["eval_path"]["questions"] == 6 and out["server"]["latency_s"]["p99"] >= out["server"]["latency_s"]["p50"]

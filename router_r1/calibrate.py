@@ -1,0 +1,167 @@
+"""Choose the alpha of an alpha-conditioned router that meets a cost target on a validation file.
+
+    python -m router_r1.calibrate --checkpoint RUN --data val.parquet --target-cost-per-1k 0.03
+    python -m router_r1.calibrate --checkpoint RUN --data val.parquet --target-dear-share 0.25 --alphas 0 0.3 0.6 0.9
+
+The router is evaluated at each candidate alpha (stated in every prompt, as in training and
+serving) on the same questions through the evaluation path; the choice is the alpha with the
+best EM among those whose cost per 1,000 questions (USD), or whose share of calls to the
+dearest model, is at or under the target (RouteLLM calibrates its threshold on a target share
+of strong-model calls the same way). Writes calibration.json under --out and prints a table.
+No alpha meets the target: exit code 1, with the cheapest point reached.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from router_r1.eval.evaluate import (USER_ERRORS, EvalError, EvalRow, Policy, Pool, fit_context, load_policy,
+                                     load_rows, find_data_files, open_pool, quiet_transformers, records_of,
+                                     router_episodes, score, tokenize_prompt)
+from router_r1.eval.report import bootstrap_ci
+from router_r1.prompts import build_router_prompt
+from router_r1.rollout.manager import RouterConfig
+from router_r1.routing_collapse import shares_entropy, call_counts
+from router_r1.serve import resolve_checkpoint
+from router_r1.serve_engine import ServeError, load_run_settings
+from verl.workers.rollout.base import SamplingParams
+
+DEFAULT_ALPHAS = tuple(round(0.1 * i, 1) for i in range(11))
+
+
+def dearest(pool: Pool) -> str:
+    """The model of the router's pool with the highest output price."""
+    return max(pool.registry.models.values(), key=lambda s: s.price_out_per_m).name
+
+
+def router_records(policy: Policy, pool: Pool, rows: list[EvalRow], rcfg: RouterConfig, alpha: float | None,
+                   label: str, batch_size: int = 64, sampling: SamplingParams | None = None) -> list[dict]:
+    """Scored trajectory records of the router on `rows`: with `alpha`, prompts rebuilt from the questions with
+    that cost weight stated; with None, the rows' own prompts. The reward column uses `alpha` (0 for None)."""
+    if alpha is None:
+        messages = [r.messages for r in rows]
+    else:
+        for r in rows:
+            if not r.question:
+                raise EvalError(f"{r.where}: field 'extra_info.question' is missing; the prompt is rebuilt from it")
+        messages = [build_router_prompt(r.question, pool.registry, policy.template, alpha=alpha) for r in rows]
+    prompts = [tokenize_prompt(policy.tokenizer, m) for m in messages]
+    rcfg = fit_context(prompts, [r.where for r in rows], policy, rcfg)
+    sampling = sampling or SamplingParams(greedy=True, temperature=0.0)
+    records = records_of(label, rows, router_episodes(prompts, policy, pool, rcfg, sampling, batch_size))
+    score(records, pool.registry, alpha or 0.0)
+    return records
+
+
+@dataclass
+class Point:
+    alpha: float
+    n: int
+    em: float
+    em_ci95: tuple[float, float]
+    cost_per_1k_usd: float
+    dear_share: float  # share of all calls that went to the dearest model
+    calls_per_question: float
+    call_shares: dict
+    entropy_bits: float
+
+
+def point(alpha: float, records: list[dict], pool: Pool) -> Point:
+    counts = call_counts([r["turns"] for r in records], pool.registry.names)
+    shares, entropy = shares_entropy(counts)
+    n = len(records)
+    return Point(alpha, n, sum(r["em"] for r in records) / n, bootstrap_ci([r["em"] for r in records]),
+                 1000 * sum(r["cost_usd"] for r in records) / n, shares[dearest(pool)],
+                 sum(counts.values()) / n, shares, entropy)
+
+
+def choose(points: list[Point], target: float, metric: str) -> Point | None:
+    """The best-EM point whose `metric` is at or under `target` (ties: the smaller alpha), or None."""
+    ok = [p for p in points if getattr(p, metric) <= target + 1e-12]
+    return max(ok, key=lambda p: (p.em, -p.alpha)) if ok else None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m router_r1.calibrate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True, help="an alpha-conditioned run's output dir or HF export")
+    p.add_argument("--data", nargs="+", required=True, help="validation parquet file(s)")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--target-cost-per-1k", type=float, help="USD per 1,000 questions")
+    target.add_argument("--target-dear-share", type=float, help="share of calls to the dearest model, in [0, 1]")
+    p.add_argument("--alphas", type=float, nargs="+", default=list(DEFAULT_ALPHAS), help="candidates (default 0..1 by 0.1)")
+    p.add_argument("--pool", default=None, help="pool yaml (default: the run's, else the simulated pool)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--pool-url", default=None)
+    src.add_argument("--sim", action="store_true", help="serve the pool yaml's sim profiles in-process")
+    p.add_argument("--sim-seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=None, help="first N rows of each file")
+    p.add_argument("--batch-size", type=int, default=64)
+    for k in ("max-turns", "max-obs-length", "response-length", "max-response-length"):
+        p.add_argument(f"--{k}", type=int, default=None, help="override the run's saved setting")
+    p.add_argument("--device", default=None)
+    p.add_argument("--out", default="outputs/calibration")
+    return p.parse_args(argv)
+
+
+def calibrate(a: argparse.Namespace, log=print) -> dict:
+    """Evaluate every candidate alpha, choose one, write calibration.json; returns what it wrote."""
+    if a.target_dear_share is not None and not 0 <= a.target_dear_share <= 1:
+        raise EvalError(f"--target-dear-share must be in [0, 1], got {a.target_dear_share}")
+    if a.target_cost_per_1k is not None and not a.target_cost_per_1k >= 0:
+        raise EvalError(f"--target-cost-per-1k must be >= 0, got {a.target_cost_per_1k}")
+    if any(not 0 <= x <= 1 for x in a.alphas):
+        raise EvalError(f"--alphas must lie in [0, 1], got {a.alphas}")
+    ckpt = resolve_checkpoint(a.checkpoint)
+    settings = load_run_settings(ckpt, {"max_turns": a.max_turns, "max_obs_length": a.max_obs_length,
+                                        "response_length": a.response_length,
+                                        "max_response_length": a.max_response_length})
+    if not settings.alphas:
+        log(f"warning: {ckpt} has no saved alpha-conditioned config ({settings.source}); calibrating as if it were")
+    rows = load_rows(find_data_files(a.data), a.limit)
+    metric, target = (("cost_per_1k_usd", a.target_cost_per_1k) if a.target_cost_per_1k is not None
+                      else ("dear_share", a.target_dear_share))
+    with open_pool(a.pool or settings.pool, pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed) as pool:
+        quiet_transformers()
+        policy = load_policy(ckpt, a.device, max_batch_size=a.batch_size)
+        rcfg = RouterConfig(**settings.turns, schedule="sync")
+        points = []
+        for alpha in sorted(set(a.alphas)):
+            points.append(point(alpha, router_records(policy, pool, rows, rcfg, alpha, f"alpha={alpha:g}",
+                                                      a.batch_size), pool))
+            p = points[-1]
+            log(f"alpha {alpha:<4g} EM {p.em:.3f}  cost/1k ${p.cost_per_1k_usd:.4f}  {dearest(pool)} share "
+                f"{p.dear_share:.2f}  calls/q {p.calls_per_question:.2f}  entropy {p.entropy_bits:.2f} bits")
+        best = choose(points, target, metric)
+        out = {"checkpoint": str(ckpt), "data": a.data, "n": len(rows), "target": {metric: target},
+               "dearest_model": dearest(pool), "settings": settings.turns, "settings_from": settings.source,
+               "chosen_alpha": None if best is None else best.alpha,
+               "points": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in p.__dict__.items()}
+                          for p in points]}
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out) / "calibration.json").write_text(json.dumps(out, indent=2))
+    if best is None:
+        cheapest = min(points, key=lambda p: getattr(p, metric))
+        log(f"no alpha meets {metric} <= {target:g}; the lowest reached is {getattr(cheapest, metric):.4g} "
+            f"at alpha {cheapest.alpha:g}")
+    else:
+        log(f"chosen alpha {best.alpha:g}: EM {best.em:.3f}, {metric} {getattr(best, metric):.4g} <= {target:g} "
+            f"(serve it as router-r1@{best.alpha:g}); wrote {Path(a.out) / 'calibration.json'}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    try:
+        out = calibrate(a)
+    except (*USER_ERRORS, ServeError) as e:
+        print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
+        return 2
+    return 0 if out["chosen_alpha"] is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
