@@ -140,3 +140,19 @@ def test_collapse_metrics_shares_and_entropy():
     assert m["routing/hotpot/share/" + BIG] == [1.0] and m["routing/hotpot/entropy_bits"] == [0.0]
     empty = collapse_metrics([[]], ["x"], names)
     assert "routing/x/entropy_bits" not in empty and empty["routing/x/share/" + BIG] == [0.0]
+
+
+def test_evaluation_report_carries_call_shares_and_entropy():
+    from router_r1.eval import report
+
+    call = lambda m: {"model": m, "ok": True, "latency_s": 0.1}  # noqa: E731
+    base = dict(em=1.0, f1=1.0, format_ok=True, cost_usd=1e-5, cost_reward=0.5, reward=1.0, pool_failures=0,
+                hit_budget=False)
+    trajs = [{**base, "data_source": "nq", "turns": [call(BIG)], "models_called": [BIG], "route_count": 1},
+             {**base, "data_source": "nq", "turns": [call(CHEAP)], "models_called": [CHEAP], "route_count": 1},
+             {**base, "data_source": "hq", "turns": [call(BIG), call(BIG)], "models_called": [BIG], "route_count": 2}]
+    s = report.summarize(trajs, [BIG, CHEAP])
+    assert s["sources"]["nq"]["call_share"] == {BIG: 0.5, CHEAP: 0.5} and s["sources"]["nq"]["routing_entropy_bits"] == 1.0
+    assert s["sources"]["hq"]["routing_entropy_bits"] == 0.0 and s["overall"]["call_share"][BIG] == 0.75
+    table = report.format_table([{"label": "r", **s}])
+    assert "H calls" in table and " 1.00" in table.splitlines()[-3]

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from router_r1.pool.health import call_stats
+from router_r1.routing_collapse import call_counts, shares_entropy
 
 OVERALL = "overall"
 
@@ -49,9 +50,11 @@ def pool_health(trajs: list[dict]) -> dict:
 
 
 def metrics(trajs: list[dict], model_names: list[str], seed: int = 0) -> dict:
-    """Means over one group of trajectories, EM with its 95% bootstrap CI, pool health, pool-model shares."""
+    """Means over one group of trajectories, EM with its 95% bootstrap CI, pool health, pool-model shares,
+    and the routing-collapse diagnostic: each model's share of the calls and their entropy in bits."""
     em_lo, em_hi = bootstrap_ci([t["em"] for t in trajs], seed=seed)
     cost = _mean(trajs, "cost_usd")
+    call_share, entropy = shares_entropy(call_counts([t.get("turns", []) for t in trajs], model_names))
     return {
         **pool_health(trajs),
         "n": len(trajs),
@@ -71,6 +74,8 @@ def metrics(trajs: list[dict], model_names: list[str], seed: int = 0) -> dict:
         # share of questions that called the model at least once
         "model_share": {m: float(np.mean([m in t["models_called"] for t in trajs])) if trajs else math.nan
                         for m in model_names},
+        "call_share": call_share,
+        "routing_entropy_bits": entropy,  # log2(#models) when calls spread evenly, 0 when one model takes all
     }
 
 
@@ -108,12 +113,14 @@ def format_table(runs: list[dict]) -> str:
                          f"{m['reward']:>6.3f} {m['calls']:>5.2f} {_rate(m):>6} "
                          f"{_secs(m.get('pool_latency_p50_s')):>6} {_secs(m.get('pool_latency_p95_s')):>6}")
     if models:
-        head2 = f"{'share of questions':<43}" + "".join(f" {_short(n):>14}" for n in models)
+        head2 = f"{'share of questions':<43}" + "".join(f" {_short(n):>14}" for n in models) + f" {'H calls':>8}"
         lines += ["", head2, "-" * len(head2)]
         for run in runs:
             for source, m in _named_groups(run):
+                h = m.get("routing_entropy_bits", math.nan)
                 lines.append(f"{_label(run):<28} {source[:14]:<14}"
-                             + "".join(f" {m['model_share'].get(n, 0.0):>14.2f}" for n in models))
+                             + "".join(f" {m['model_share'].get(n, 0.0):>14.2f}" for n in models)
+                             + (f" {h:>8.2f}" if h == h else f" {'-':>8}"))
     return "\n".join(lines)
 
 
