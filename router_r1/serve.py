@@ -191,13 +191,15 @@ def _text(content: object, i: int) -> str:
     raise BadRequest(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
 
 
-def no_answer_error(done: Answered) -> web.Response:
+def no_answer_error(done: Answered, ext: dict) -> web.Response:
+    """HTTP 500 router_no_answer, with the calls made (and the trace when asked) beside the error."""
     ep = done.episode
     why = ("the response length budget ran out" if ep.truncated else
            "the turn budget ran out" if ep.hit_budget else f"its output has no answer ({done.format_reason})")
+    body = {"error": {"message": f"the router did not answer: {why}", "type": "server_error", "param": None,
+                      "code": "router_no_answer"}, "router_r1": ext}
     # 500, but not worth a retry by the client (the openai SDK reads x-should-retry)
-    return error_response(500, f"the router did not answer: {why}", "server_error", code="router_no_answer",
-                          headers={"x-should-retry": "false"})
+    return web.json_response(body, status=500, headers={"x-should-retry": "false"})
 
 
 def make_app(service: RouterService, token: str | None = None) -> web.Application:
@@ -231,9 +233,9 @@ def make_app(service: RouterService, token: str | None = None) -> web.Applicatio
             return error_response(500, f"router error: {type(e).__name__}", "server_error")
         log.info("%s alpha=%s calls=%d cost_usd=%.3g answered=%s %.2fs", call.model, call.alpha, len(done.calls),
                  done.cost_usd, done.answer is not None, done.wall_s)
-        if done.answer is None:
-            return no_answer_error(done)
         body = service.completion(call, prompt, done)
+        if done.answer is None:
+            return no_answer_error(done, body["router_r1"])
         if not call.stream:
             return web.json_response(body)
         return await stream(request, call, body)

@@ -154,6 +154,7 @@ def test_failing_pool_is_an_observation_and_no_answer_is_an_error(ckpt, pool_ser
             ask(c)
         assert err.value.status_code == 500 and err.value.body["code"] == "router_no_answer"
         assert "turn budget" in err.value.body["message"]
+        assert err.value.response.json()["router_r1"]["calls"] == []  # what it did, beside the error
         assert caplog.text.count("answered=False") == 1  # the SDK did not retry it
     pool.client.close()
     for secret in (WRONG_KEY, POOL_KEY):
