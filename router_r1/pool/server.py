@@ -384,6 +384,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hf-model", action="append", default=[], metavar="API_ID=PATH",
                    help="a model directory or a .gguf file, served as API_ID; repeatable (hf backend)")
     p.add_argument("--device", default="cpu", help="torch device (hf backend)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (hf backend); 1 on a shared machine: OpenMP threads spinning for a "
+                        "busy core make decoding many times slower")
     p.add_argument("--max-batch-size", type=int, default=8, help="requests decoded together per model (hf backend)")
     p.add_argument("--batch-window-s", type=float, default=0.02,
                    help="how long a first request waits for others to join its batch (hf backend)")
@@ -414,6 +417,10 @@ def _build_backend(args: argparse.Namespace) -> Backend:
             raise SystemExit(f"--hf-model {item!r}: expected API_ID=PATH (a directory or a .gguf file)")
         models[api_id] = path
     from router_r1.pool.hf_backend import HFBackend  # torch/transformers only when asked for
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         return HFBackend(models, device=args.device, max_batch_size=args.max_batch_size,
                          batch_window_s=args.batch_window_s, max_queue=args.max_queue)
