@@ -19,6 +19,14 @@ in docs/results; 10 us/token prefill).
 
     python scripts/bench_rollout_schedule.py [--batch 64] [--latency-scale 2] [--repeats 2]
 
+With `--model DIR` (an HF model directory, e.g. a pipeline's SFT policy, with its
+prompt_template.txt) the engine is real instead: hf_static (`SlotRollout`) decoding that
+policy greedily on `--device`; sync/overlap/per-episode use its batch path, continuous its
+slots. The episodes are then whatever the policy writes (the same in every mode, up to
+numerics), and the route-count check is skipped.
+
+    python scripts/bench_rollout_schedule.py --model outputs/gpu_pipeline/sft --device cuda --batch 128
+
 Ends with one line per mode: `speedup <mode> vs sync: N.NNx`.
 """
 from __future__ import annotations
@@ -39,7 +47,7 @@ from router_r1.pool.client import PoolClient  # noqa: E402
 from router_r1.pool.registry import ModelRegistry  # noqa: E402
 from router_r1.pool.server import ServerThread, SimBackend  # noqa: E402
 from router_r1.pool.sim_world import SimWorld  # noqa: E402
-from router_r1.prompts import build_router_prompt  # noqa: E402
+from router_r1.prompts import build_router_prompt, load_template  # noqa: E402
 from router_r1.reward.score import RewardConfig  # noqa: E402
 from router_r1.rollout.manager import RouterConfig, RouterEnv  # noqa: E402
 from verl.trainer.dataset import PromptRow  # noqa: E402
@@ -135,28 +143,63 @@ class EmulatedSlots:
         self.active[slot] = False
 
 
-def run_once(mode: str, url: str, tok, rows, script: Script, args) -> dict:
+class RealEngine:
+    """hf_static on a real policy: its batch path (counting prefilled tokens) and its slots."""
+
+    def __init__(self, args):
+        from transformers import AutoModelForCausalLM
+
+        from verl.utils.tokenizer import load_tokenizer
+        from verl.workers.rollout import build_rollout
+
+        self.tok = load_tokenizer(args.model)
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16 if
+                                                     args.device.startswith("cuda") else torch.float32)
+        self.roll = build_rollout({"name": "hf_static", "device": args.device, "max_batch_size": args.batch,
+                                   "max_model_len": args.max_model_len}, model, self.tok)
+        self.prefill = 0
+
+    def generate(self, prompts, sampling):
+        self.prefill += sum(len(p) for p in prompts)
+        return self.roll.generate(prompts, sampling)
+
+
+def run_once(mode: str, url: str, tok, rows, script: Script | None, args, real: RealEngine | None = None) -> dict:
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
     schedule = {"per-episode": "continuous"}.get(mode, mode)
-    env = RouterEnv(RouterConfig(max_turns=4, max_obs_length=64, response_length=128, max_response_length=2048,
-                                 schedule=schedule, overlap_min_ready=args.min_ready, overlap_max_wait_s=args.max_wait),
+    env = RouterEnv(RouterConfig(max_turns=4, max_obs_length=args.max_obs_length, response_length=args.response_length,
+                                 max_response_length=2048, schedule=schedule, overlap_min_ready=args.min_ready,
+                                 overlap_max_wait_s=args.max_wait),
                     tok, registry, PoolClient(registry, max_concurrency_per_endpoint=args.concurrency), RewardConfig())
-    cost, calls = Cost(args), []
-    engine, slots = batch_engine(script, cost, calls), None
-    if mode == "per-episode":
-        engine = as_async(engine)
-    elif mode == "continuous":
-        slots = EmulatedSlots(script, cost, n_slots=len(rows), max_len=1 << 16, pad=tok.pad_token_id)
-        engine = SlotEngine(slots, tok, eos_ids=[], chunk=args.chunk)
+    cost, calls, slots = Cost(args), [], None
+    if real is not None:
+        real.prefill, stats = 0, real.roll.engine.stats
+        before = (stats.prefill_tokens, stats.steps)
+        engine = {"per-episode": as_async(real.generate), "continuous": real.roll}.get(mode, real.generate)
+    else:
+        engine = batch_engine(script, cost, calls)
+        if mode == "per-episode":
+            engine = as_async(engine)
+        elif mode == "continuous":
+            slots = EmulatedSlots(script, cost, n_slots=len(rows), max_len=1 << 16, pad=tok.pad_token_id)
+            engine = SlotEngine(slots, tok, eos_ids=[], chunk=args.chunk)
+    sampling = SamplingParams(greedy=True, temperature=0.0, max_new_tokens=args.response_length)
     t0 = time.perf_counter()
-    result = env.rollout(rows, engine, SamplingParams(max_new_tokens=128), validate=False)
+    result = env.rollout(rows, engine, sampling, validate=False)
     elapsed = time.perf_counter() - t0
     env.client.close()
+    # no schedule can finish before the episode whose own pool calls took longest has made them
+    path = max(result.info["pool_latency_s"])
+    if real is not None:
+        prefill = real.prefill + stats.prefill_tokens - before[0]
+        return {"s": elapsed, "prefill": prefill, "steps": stats.steps - before[1], "calls": 0, "by_hop": None,
+                "responses": result.response_ids, "routes": sum(result.info["route_count"]), "path": path}
     want = sum(len(q.hops) for q in script.questions)
     if sum(result.info["route_count"]) != want:
         raise RuntimeError(f"{mode}: {sum(result.info['route_count'])} pool calls, expected {want}")
     return {"s": elapsed, "prefill": cost.prefill_tokens, "steps": cost.steps, "calls": len(calls),
-            "by_hop": slots.prefill_by_hop if slots else None, "responses": result.response_ids}
+            "by_hop": slots.prefill_by_hop if slots else None, "responses": result.response_ids,
+            "routes": want, "path": path}
 
 
 def main() -> None:
@@ -174,39 +217,63 @@ def main() -> None:
     p.add_argument("--max-wait", type=float, default=0.5, help="overlap: RouterConfig.overlap_max_wait_s")
     p.add_argument("--two-hop-frac", type=float, default=0.5)
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--response-length", type=int, default=128, help="tokens per generated turn")
+    p.add_argument("--max-obs-length", type=int, default=64, help="tokens per <information> block")
+    p.add_argument("--model", default=None, help="an HF model directory: decode it with hf_static instead")
+    p.add_argument("--device", default="cpu", help="--model: the device it decodes on")
+    p.add_argument("--max-model-len", type=int, default=4096, help="--model: hf_static's cache length")
     args = p.parse_args()
     modes = args.modes.split(",")
-    torch.set_num_threads(1)
+    if args.device == "cpu":
+        torch.set_num_threads(1)
 
-    tok = tiny_tokenizer()
     questions = SimWorld(seed=0).questions(args.batch, seed=7, split="test", two_hop_frac=args.two_hop_frac)
     registry = ModelRegistry.from_yaml(SIM, base_url="http://unused").seen()
-    text = tok.apply_chat_template(build_router_prompt("{question}", registry), add_generation_prompt=True,
-                                   tokenize=False)
-    body = tok(text, add_special_tokens=False)["input_ids"]
-    rows = [PromptRow([i] + body, f"q{i}", {}) for i in range(len(questions))]
-    script = Script(tok, questions, prompt_len=1 + len(body))
+    real, script = (RealEngine(args), None) if args.model else (None, None)
+    if real is not None:
+        tok = real.tok
+        tpl = Path(args.model) / "prompt_template.txt"
+        template = load_template(tpl) if tpl.exists() else None
+        rows, body = [], []
+        for i, q in enumerate(questions):
+            text = tok.apply_chat_template(build_router_prompt(q.question, registry, template),
+                                           add_generation_prompt=True, tokenize=False)
+            rows.append(PromptRow(tok(text, add_special_tokens=False)["input_ids"], f"q{i}", {}))
+        body = rows[0].prompt_ids[1:]
+    else:
+        tok = tiny_tokenizer()
+        text = tok.apply_chat_template(build_router_prompt("{question}", registry), add_generation_prompt=True,
+                                       tokenize=False)
+        body = tok(text, add_special_tokens=False)["input_ids"]
+        rows = [PromptRow([i] + body, f"q{i}", {}) for i in range(len(questions))]
+        script = Script(tok, questions, prompt_len=1 + len(body))
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     for rep in range(args.repeats):
         for mode in modes:  # interleaved, so drift hits every mode
             with ServerThread(SimBackend.from_pool_yaml(SIM, seed=rep, latency_scale=args.latency_scale)) as srv:
-                runs[mode].append(run_once(mode, srv.url, tok, rows, script, args))
-    first = runs[modes[0]][0]["responses"]
-    for m in modes:
-        if any(r["responses"] != first for r in runs[m]):
+                runs[mode].append(run_once(mode, srv.url, tok, rows, script, args, real))
+    for m in modes:  # the same episodes as the first mode's with the same latency seed (its replies)
+        differ = max(sum(a != b for a, b in zip(r["responses"], f["responses"])) for r, f in zip(runs[m], runs[modes[0]]))
+        if differ and real is None:
             raise RuntimeError(f"{m}: episodes differ from {modes[0]}'s")
+        if differ:  # a real model in bf16: batch composition may flip a near-tie argmax
+            print(f"note: {m}: up to {differ} of {len(rows)} greedy episodes differ from {modes[0]}'s")
 
-    hops = sum(len(q.hops) for q in questions)
+    hops = runs[modes[0]][0]["routes"]
+    engine = (f"hf_static on {args.model} ({args.device})" if real else
+              f"emulated: step {args.step_ms} ms + {args.step_row_us} us/row, prefill {args.prefill_us} us/token")
     print(f"batch {args.batch} ({hops} pool calls, prompt {1 + len(body)} tokens), pool latency x{args.latency_scale}, "
-          f"step {args.step_ms} ms + {args.step_row_us} us/row, prefill {args.prefill_us} us/token, "
+          f"{engine}, "
           f"{args.repeats} repeats (median; latency seeds 0..{args.repeats - 1})")
-    print(f"{'mode':<12} {'rollout s':>10} {'per repeat':>24} {'gen calls':>10} {'steps':>7} {'prefill tok':>12}")
+    print("rollout s: median over repeats; per repeat: rollout s / the slowest episode's own pool time (a floor "
+          "for any schedule)")
+    print(f"{'mode':<12} {'rollout s':>10} {'per repeat':>32} {'gen calls':>10} {'steps':>7} {'prefill tok':>12}")
     med = {m: statistics.median(r["s"] for r in runs[m]) for m in modes}
     for m in modes:
         r = runs[m][-1]
-        each = " ".join(f"{x['s']:.1f}" for x in runs[m])
-        print(f"{m:<12} {med[m]:>10.2f} {each:>24} {r['calls'] or '-':>10} {r['steps']:>7} {r['prefill']:>12}")
-    if "continuous" in modes:
+        each = " ".join(f"{x['s']:.1f}/{x['path']:.1f}" for x in runs[m])
+        print(f"{m:<12} {med[m]:>10.2f} {each:>32} {r['calls'] or '-':>10} {r['steps']:>7} {r['prefill']:>12}")
+    if "continuous" in modes and real is None:
         by_hop = runs["continuous"][-1]["by_hop"]
         print("continuous prefill per request, by turn (tokens prefilled / context tokens without reuse):")
         for h in sorted(by_hop):
@@ -216,9 +283,15 @@ def main() -> None:
         total = sum(b for v in by_hop.values() for _, b in v)
         print(f"prefill tokens per rollout: {runs['continuous'][-1]['prefill']} with reuse, {total} without "
               f"({total / max(runs['continuous'][-1]['prefill'], 1):.2f}x)")
-    for m in modes:
-        if m != "sync" and "sync" in modes:
-            print(f"speedup {m} vs sync: {med['sync'] / med[m]:.2f}x")
+    if "sync" in modes:  # paired: each repeat's ratio (same latency draws), then the median
+        for m in modes:
+            if m != "sync":
+                ratios = [s["s"] / x["s"] for s, x in zip(runs["sync"], runs[m])]
+                print(f"  {m}: per-repeat speedups " + " ".join(f"{x:.2f}" for x in ratios))
+        for m in modes:
+            if m != "sync":
+                ratios = [s["s"] / x["s"] for s, x in zip(runs["sync"], runs[m])]
+                print(f"speedup {m} vs sync: {statistics.median(ratios):.2f}x")
 
 
 if __name__ == "__main__":

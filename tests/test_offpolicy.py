@@ -39,7 +39,7 @@ def test_trainer_plays_the_next_rollout_ahead_and_weights_the_stale_batch(tmp_pa
     monkeypatch.chdir(ROOT)
     run(config(tmp_path, "trainer.total_steps=3", "trainer.test_freq=0", "trainer.save_freq=0",
                "trainer.val_before_train=false", "trainer.export_hf=false", "trainer.off_policy_steps=1",
-               "actor.lr=1e-2"))
+               "actor.lr=1e-2", "rollout.device=cpu"))  # rollout.device: the engine placed by name
     rows = by_step(tmp_path / "metrics.jsonl")
     # step 1 trains on a batch its own weights sampled: the importance ratio is 1 (engine vs actor numerics)
     assert rows[1]["offpolicy/staleness"] == 0

@@ -31,10 +31,15 @@ class ActorRolloutWorker(ActorWorker):
     def init_model(self) -> None:
         super().init_model()
         tokenizer = load_tokenizer(self.config.tokenizer)
-        cfg = {**self.rollout_cfg, "device": str(self.device)}
+        # rollout.device: the engine apart from the actor (one process: a second GPU); default the actor's device
+        device = self.rollout_cfg.get("device") or str(self.device)
+        if self.rollout_cfg.get("device") and self.world_size > 1:
+            raise ValueError(f"rollout.device={device!r} places one engine; with {self.world_size} ranks each "
+                             "rank decodes on its own device (leave rollout.device null)")
+        cfg = {**self.rollout_cfg, "device": device}
         if cfg.get("name", "hf") in ("hf", "hf_static"):  # transformers backends decode a copy of the actor
-            dtype = to_dtype(self.config.dtype) if self.device.type == "cuda" else torch.float32
-            copy = load_model(self.config.model, dtype, role="actor", seed=self.config.seed).to(self.device).eval()
+            dtype = to_dtype(self.config.dtype) if torch.device(device).type == "cuda" else torch.float32
+            copy = load_model(self.config.model, dtype, role="actor", seed=self.config.seed).to(device).eval()
             self.rollout = build_rollout(cfg, model=copy, tokenizer=tokenizer)
         else:
             self.rollout = build_rollout(cfg, tokenizer=tokenizer)
