@@ -108,3 +108,21 @@ def test_a_gguf_file_is_served(tmp_path, tiny):
     assert from_gguf.generate("g", msgs, 0.0, 8) == HFBackend({"t": tiny}).generate("t", msgs, 0.0, 8)
     with pytest.raises(ValueError, match="missing.gguf: GGUF file not found"):
         HFBackend({"x": str(tmp_path / "missing.gguf")})
+
+
+def test_a_batch_whose_clients_all_left_stops_decoding(tiny):
+    from router_r1.pool.hf_backend import _Request
+
+    hf = HFBackend({"tiny": tiny})
+    ids = hf.prompt_ids("tiny", submodel_messages("Who wrote Hamlet?"))
+
+    async def decode(cancel: bool):
+        loop = asyncio.get_running_loop()
+        batch = [_Request(ids, 0.0, 60, None, loop.create_future()) for _ in range(2)]
+        if cancel:
+            for r in batch:
+                r.future.cancel()
+        return hf._generate("tiny", batch)
+    kept, left = asyncio.run(decode(False)), asyncio.run(decode(True))
+    assert kept[0][1] > 10  # this prompt decodes well past the first token when someone waits for it
+    assert [n for _, n in left] == [1, 1]  # nobody waiting: stopped after the first step

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteria
 
 from router_r1.pool.server import Overloaded
 
@@ -51,6 +51,18 @@ class Completion:
     queue_s: float  # waiting for a batch slot
     compute_s: float  # the batch's generate call
     batch_size: int
+
+
+class _AllGone(StoppingCriteria):
+    """Stop a batch early once every one of its clients has given up (a timeout cancels its future):
+    a server behind on its queue should not keep decoding replies nobody reads."""
+
+    def __init__(self, batch: list[_Request]):
+        self.batch = batch
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
+        gone = all(r.future.cancelled() for r in self.batch)  # a read of a flag; safe from this thread
+        return torch.full((input_ids.shape[0],), gone, dtype=torch.bool, device=input_ids.device)
 
 
 def load_model_and_tokenizer(src, dtype: torch.dtype | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -216,6 +228,8 @@ class HFBackend:
             kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
         else:
             kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+        if all(r.future is not None for r in batch):
+            kwargs["stopping_criteria"] = [_AllGone(batch)]
         with self._device_lock, torch.random.fork_rng(devices=[] if self.device.type == "cpu" else [self.device]):
             if batch[0].seed is not None:
                 torch.manual_seed(batch[0].seed)
