@@ -134,10 +134,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--include-unseen", action="store_true", help="the router may call models marked unseen")
     p.add_argument("--temperature", type=float, default=None, help="sample at this temperature (default greedy)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-turns", type=int, default=4)
-    p.add_argument("--max-obs-length", type=int, default=600)
-    p.add_argument("--response-length", type=int, default=1024)
-    p.add_argument("--max-response-length", type=int, default=4096)
+    trained = " (default: the checkpoint's training run's, from its run_config.yaml)"
+    p.add_argument("--max-turns", type=int, default=None, help="routing turns" + trained)
+    p.add_argument("--max-obs-length", type=int, default=None, help="tokens per <information> block" + trained)
+    p.add_argument("--response-length", type=int, default=None, help="tokens per generated turn" + trained)
+    p.add_argument("--max-response-length", type=int, default=None,
+                   help="tokens of all turns and observations" + trained)
     p.add_argument("--prompt-template", default=None)
     p.add_argument("--budget", type=int, default=None, metavar="N",
                    help="turn budget: at most N routing turns, stated in the prompt (replaces --max-turns)")
@@ -163,11 +165,14 @@ def main(argv: list[str] | None = None) -> int:
                        include_unseen=a.include_unseen) as pool:
             quiet_transformers()
             policy = load_policy(a.checkpoint, a.device, a.prompt_template)
+            from router_r1.env import paper_env_config, trained_env_config
             from router_r1.rollout.manager import RouterConfig
             from verl.workers.rollout.base import SamplingParams
 
-            rcfg = RouterConfig(max_turns=a.max_turns, max_obs_length=a.max_obs_length,
-                                response_length=a.response_length, max_response_length=a.max_response_length,
+            trained = trained_env_config(a.checkpoint) or paper_env_config()  # a flag overrides
+            shape = {k: getattr(a, k) if getattr(a, k) is not None else getattr(trained, k)
+                     for k in ("max_turns", "max_obs_length", "response_length", "max_response_length")}
+            rcfg = RouterConfig(**shape,
                                 schedule="sync", budgets=() if a.budget is None else (a.budget,),
                                 budget_in_prompt=False, budget_mode=a.budget_mode if a.budget is not None else "end")
             sampling = SamplingParams(greedy=True, temperature=0.0) if a.temperature is None else \

@@ -10,7 +10,9 @@
 #   bash test.sh --checkpoint A1 --checkpoint A2 --alpha 0.9   # several checkpoints: one plot
 #   bash test.sh --budget 2 --budget-mode forced    # under a turn budget of 2, stated in the prompt (AdaTurn)
 #
-# Every argument goes to `python -m router_r1.eval.evaluate` (--help lists them all).
+# Every argument goes to `python -m router_r1.eval.evaluate` (--help lists them all). The episode's
+# shape (turns, lengths, schedule, alpha) is the one the checkpoint was trained with, read from the
+# run_config.yaml its run wrote beside it; a flag (--max-turns 2, --alpha 0.6, ...) overrides it.
 # --checkpoint and --data default to the embedded default's (ROUTER_CKPT, ROUTER_TEST_DATA
 # override them; the data is the first of DATA_CANDIDATES that exists). Without --pool the
 # simulated pool is served in-process. Greedy unless --temperature T [--seed S] is given.
@@ -38,11 +40,6 @@ ARGS=("$@")
 DEFAULTS=()
 if ! given --checkpoint && ! given --skip-router; then
   DEFAULTS+=(--checkpoint "$CKPT")
-  # the embedded default trains with these turn settings (configs/embedded.yaml)
-  given --max-turns || DEFAULTS+=(--max-turns 3)
-  given --max-obs-length || DEFAULTS+=(--max-obs-length 128)
-  given --response-length || DEFAULTS+=(--response-length 64)
-  given --max-response-length || DEFAULTS+=(--max-response-length 512)
 fi
 if ! given --data; then
   if [[ ! -e $DATA ]]; then

@@ -13,7 +13,8 @@
 #   5. PPO against the pool, then both models evaluated on the held-out test questions
 # Stages 1-3 can be shared: SFT_ONLY=1 stops after them, SFT_FROM=DIR skips them and starts
 # PPO from DIR's data and SFT model (an alpha sweep from one warm start:
-#   SFT_FROM=outputs/embedded OUT=outputs/embedded_alpha06 EVAL_ALPHA=0.6 bash train.sh env.alpha=0.6).
+#   SFT_FROM=outputs/embedded OUT=outputs/embedded_alpha06 bash train.sh env.alpha=0.6; the evaluation
+#   reads the run's settings, alpha included, from the run_config.yaml the run writes beside its model).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python}
@@ -37,7 +38,6 @@ SFT_MAX_STEPS=${SFT_MAX_STEPS:-}  # cap on SFT optimizer steps (empty: all epoch
 SFT_TIME_LIMIT=${SFT_TIME_LIMIT-900}  # seconds; a safety valve (750 steps take ~140 s on 2 idle cores, 6-7 min
                                       # on a loaded machine; a cut run stops mid-schedule at a high lr: EM 0.18); empty: none
 SFT_FROM=${SFT_FROM:-}          # reuse stages 1-3 of an earlier run (its OUT)
-EVAL_ALPHA=${EVAL_ALPHA:-0}     # alpha of the reward column in the final evaluation
 EVAL_LIMIT=${EVAL_LIMIT:-}      # test questions per file in the final evaluation (empty: all 300)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
@@ -71,8 +71,7 @@ echo "pool at $URL"
 
 stage "5/5 PPO against the pool"
 EVAL="$PY -m router_r1.eval.evaluate --data $SRC/data/test.parquet --pool configs/pool/sim.yaml --pool-url $URL \
-  --greedy --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 \
-  --alpha $EVAL_ALPHA ${EVAL_LIMIT:+--limit $EVAL_LIMIT}"
+  --greedy ${EVAL_LIMIT:+--limit $EVAL_LIMIT}"  # turns, lengths, alpha: the run's (OUT/hf/run_config.yaml)
 $PY -m verl.trainer.main_ppo --config-name embedded \
   "data.train_files=[$SRC/data/train.parquet]" "data.val_files=[$SRC/data/val.parquet]" \
   "model.path=$SRC/sft" "model.tokenizer=$SRC/sft" "env.pool_url=$URL" "trainer.output_dir=$OUT/ppo" "$@"

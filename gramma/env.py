@@ -15,8 +15,10 @@ scaled by the evidence check: r = correct * (1 - w + w * evidence_ok).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 import numpy as np
+from omegaconf import MISSING
 
 from gramma.actions import STOP_STRING
 from gramma.graph import KnowledgeGraph
@@ -24,24 +26,28 @@ from gramma.memory import compress
 from gramma.ranking import Ranker, RankConfig
 from gramma.session import OBS_CLOSE, OBS_OPEN, Session, neutralise
 from router_r1.reward.qa_em import em_score, f1_score
+from verl.trainer.config import section_to_dataclass
 from verl.trainer.env import GenerateFn, RolloutResult
 from verl.workers.rollout.base import SamplingParams
 
 
 @dataclass
 class GraphEnvConfig:
-    graph_dir: str
-    max_turns: int = 6
+    """`env` of a GraMMA run (configs/env/gramma.yaml)."""
+
+    graph_dir: str = MISSING  # the graph directory (entities + triples files, data_process.kg_synth)
+    max_turns: int = 6  # generations; the last must STOP (kg_oracle --max-turns)
     response_length: int = 64  # tokens per generated turn
     max_response_length: int = 1024  # all turns and observations together
     max_obs_tokens: int = 256  # tokens inside one <information> block
-    max_context_tokens: int | None = None  # compress the model's context above this (None: never)
+    max_context_tokens: Optional[int] = None  # compress the model's context above this many tokens (null: never)
     summary_tokens: int = 96  # cap on the memory summary inside a compressed context
     answer_metric: str = "em"  # em | f1
-    format_penalty: float = -1.0
-    evidence_weight: float = 0.0  # 0 = no evidence check in the reward
-    invalid_hint: bool = True
-    rank: RankConfig = field(default_factory=RankConfig)
+    format_penalty: float = -1.0  # score of a broken trajectory
+    evidence_weight: float = 0.0  # > 0: scale a right answer by the evidence check (0 = no check)
+    invalid_hint: bool = True  # a corrective hint after an invalid action
+    rank: RankConfig = field(default_factory=RankConfig)  # ranking weights of a neighbourhood (gramma/ranking.py)
+    factory: str = "gramma.env:make_env"  # "module:function" the engine calls with (env section, tokenizer)
 
 
 @dataclass
@@ -200,21 +206,11 @@ class GraphEnv:
 
 
 def make_env(env_cfg, tokenizer) -> GraphEnv:
-    """Factory for `env.factory: gramma.env:make_env` (keys: see configs/gramma.yaml)."""
-    get = env_cfg.get
-    if not get("graph_dir"):
+    """Factory for `env.factory: gramma.env:make_env` (keys: GraphEnvConfig)."""
+    cfg = section_to_dataclass(GraphEnvConfig, env_cfg, "env")
+    if not cfg.graph_dir:
         raise ValueError("env.graph_dir must name a graph directory (entities + triples files)")
-    rank = RankConfig()
-    for k, v in dict(get("rank") or {}).items():
-        if not hasattr(rank, k):
-            raise ValueError(f"env.rank.{k}: unknown key (known: {', '.join(vars(rank))})")
-        setattr(rank, k, type(getattr(rank, k))(v))
-    ctx = get("max_context_tokens")
-    cfg = GraphEnvConfig(
-        graph_dir=str(get("graph_dir")), max_turns=int(get("max_turns", 6)),
-        response_length=int(get("response_length", 64)), max_response_length=int(get("max_response_length", 1024)),
-        max_obs_tokens=int(get("max_obs_tokens", 256)), max_context_tokens=None if ctx is None else int(ctx),
-        summary_tokens=int(get("summary_tokens", 96)), answer_metric=str(get("answer_metric", "em")),
-        format_penalty=float(get("format_penalty", -1.0)), evidence_weight=float(get("evidence_weight", 0.0)),
-        invalid_hint=bool(get("invalid_hint", True)), rank=rank)
     return GraphEnv(cfg, tokenizer)
+
+
+make_env.config_class = GraphEnvConfig

@@ -25,12 +25,14 @@ _STOP_WORDS = {"the", "a", "an", "of", "in", "which", "what", "who", "is", "was"
 
 @dataclass
 class RankConfig:
-    top_k: int = 8
-    w_match: float = 1.0
-    w_degree: float = 0.2
-    degree_cap: int = 10
-    w_image: float = 0.2
-    image_cap: int = 3
+    """`env.rank`: how a node's one-hop neighbourhood is ranked."""
+
+    top_k: int = 8  # candidates shown per observation
+    w_match: float = 1.0  # the candidate's name or relation words appear in the question
+    w_degree: float = 0.2  # the candidate's degree (a hub), scaled by degree_cap
+    degree_cap: int = 10  # cap on the degree bonus's neighbour count
+    w_image: float = 0.2  # images on the edge, scaled by image_cap
+    image_cap: int = 3  # cap on the image bonus's count
     w_type: float = 1.0  # the candidate's type is the one the question asks for ("which city")
     w_visited: float = 1.0  # penalty for going back to a node the episode already expanded
     w_relation: float = 1.0  # a leaving edge whose relation the question names (x -r-> candidate)

@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from verl.protocol import DataProto  # noqa: E402
 from verl.workers.actor import ActorWorker  # noqa: E402
-from verl.workers.config import ActorConfig  # noqa: E402
+from verl.workers.config import worker_config  # noqa: E402
 from verl.workers.lora import LoraConfig, trainable_parameters  # noqa: E402
 from verl.workers.model_loader import compile_decoder_layers, set_checkpointing  # noqa: E402
 
@@ -128,11 +128,11 @@ def make_batch(args, vocab: int) -> DataProto:
 
 def configure(worker: ActorWorker, args, variant: dict | None) -> None:
     """Switch the worker between the reference path (variant None) and a variant of ours."""
-    cfg = worker.config
+    cfg = worker.config.actor
     if variant is None:
         cfg.use_remove_padding, cfg.logprob_chunk_size = False, None
         cfg.max_tokens_per_micro_batch = cfg.log_prob_max_tokens_per_micro_batch = None
-        cfg.micro_batch_size = args.ref_micro_batch_size
+        cfg.ppo_micro_batch_size = args.ref_micro_batch_size
         set_checkpointing(worker.model, True)
         compile_decoder_layers(worker.model, False)
     else:
@@ -223,9 +223,9 @@ def lora_main(args, spec: dict, data: DataProto, lengths: torch.Tensor) -> dict:
     runs = []
     for rank in (0, args.lora_rank):
         lora = LoraConfig(rank=rank, alpha=args.lora_alpha or 2.0 * rank, target_modules=args.lora_targets.split(","))
-        config = ActorConfig(model=spec, device=args.device, dtype="bfloat16", lr=1e-7, grad_clip=1.0,
-                             ppo_mini_batch_size=args.mini_batch, micro_batch_size=args.ref_micro_batch_size,
-                             use_remove_padding=True, gradient_checkpointing=True, seed=args.seed, lora=lora)
+        config = worker_config(model=spec, device=args.device, dtype="bfloat16", lr=1e-7, grad_clip=1.0,
+                               ppo_mini_batch_size=args.mini_batch, ppo_micro_batch_size=args.ref_micro_batch_size,
+                               use_remove_padding=True, gradient_checkpointing=True, seed=args.seed, lora=lora)
         worker = ActorWorker(config)
         reset_peak(args.device)
         t0 = time.perf_counter()
@@ -299,9 +299,9 @@ def main(argv=None) -> dict:
         result = lora_main(args, spec, data, lengths)
         write(result, args.out)
         return result
-    config = ActorConfig(model=spec, device=args.device, dtype="bfloat16", lr=1e-7, grad_clip=1.0,
-                         ppo_mini_batch_size=args.mini_batch, micro_batch_size=args.ref_micro_batch_size,
-                         use_remove_padding=True, gradient_checkpointing=True, seed=args.seed)
+    config = worker_config(model=spec, device=args.device, dtype="bfloat16", lr=1e-7, grad_clip=1.0,
+                           ppo_mini_batch_size=args.mini_batch, ppo_micro_batch_size=args.ref_micro_batch_size,
+                           use_remove_padding=True, gradient_checkpointing=True, seed=args.seed)
     worker = ActorWorker(config)
     t0 = time.perf_counter()
     with torch.device(args.device):  # random init straight on the device

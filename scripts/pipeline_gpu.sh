@@ -69,8 +69,9 @@ wait $B || { tail -30 "$OUT/ppo_alpha$ALPHA.log"; exit 1; }
 for d in "$OUT/ppo_alpha0" "$OUT/ppo_alpha$ALPHA"; do cp "$OUT/oracle/prompt_template.txt" "$d/hf/"; done
 
 stage "evaluation on $EVAL_LIMIT test questions (greedy)"
+# turns and lengths: the runs' own (their hf/run_config.yaml); one reward column for the three: alpha 0
 $PY -m router_r1.eval.evaluate --data "$OUT/data/test.parquet" --pool configs/pool/sim.yaml --pool-url "$URL" \
-  --greedy --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 --device "$DEVICE" --rollout "$ROLLOUT" \
+  --greedy --alpha 0 --device "$DEVICE" --rollout "$ROLLOUT" \
   --batch-size 256 --checkpoint "$OUT/sft" --checkpoint "$OUT/ppo_alpha0/hf" --checkpoint "$OUT/ppo_alpha$ALPHA/hf" \
   --out "$OUT/eval"
 stage "done"

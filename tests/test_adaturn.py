@@ -196,12 +196,13 @@ def test_bad_budget_config_and_rows_are_named(tok, server, two_hop):
 def test_factory_reads_the_adaturn_keys(tok, server, tmp_path):
     template = tmp_path / "t.txt"
     template.write_text("Budget: {budget}Q: {question}")
-    env = factory({"pool": str(SIM), "pool_url": server.url, "budgets": [1, 3], "budget_seed": 4,
+    shape = {"response_length": 64, "max_response_length": 512}  # a run config links these to rollout.*
+    env = factory({**shape, "pool": str(SIM), "pool_url": server.url, "budgets": [1, 3], "budget_seed": 4,
                    "val_budget": 2, "budget_mode": "forced", "prompt_template": str(template)}, tok)
     env.client.close()
     c = env.cfg
     assert (c.budgets, c.budget_seed, c.val_budget, c.budget_mode) == ((1, 3), 4, 2, "forced")
     assert c.prompt_template == "Budget: {budget}Q: {question}" and env.rules.budget_mode == "forced"
-    plain = factory({"pool": str(SIM), "pool_url": server.url}, tok)
+    plain = factory({**shape, "pool": str(SIM), "pool_url": server.url}, tok)
     plain.client.close()
     assert plain.cfg.budgets == () and plain.cfg.budget_mode == "end"

@@ -120,7 +120,7 @@ def test_alpha_sentence_placement_and_bad_values(tok):
 
 def test_factory_reads_the_alpha_keys(tok, server):
     env = factory({"pool": str(SIM), "pool_url": server.url, "alphas": [0, 0.6], "alpha_seed": 2,
-                   "val_alpha": 0.6}, tok)
+                   "val_alpha": 0.6, "response_length": 64, "max_response_length": 512}, tok)
     assert env.cfg.alphas == (0.0, 0.6) and env.cfg.alpha_seed == 2 and env.cfg.val_alpha == 0.6
     env.client.close()
 

@@ -1,13 +1,11 @@
 """The shipped configs compose and carry the paper's settings (DESIGN.md, reference facts)."""
 import pytest
-from hydra import compose, initialize_config_dir
 
-from verl.trainer.main_ppo import CONFIG_DIR, uses
+from verl.trainer.main_ppo import load_config, uses
 
 
 def load(name, *overrides):
-    with initialize_config_dir(CONFIG_DIR, version_base=None):
-        return compose(name, overrides=list(overrides))
+    return load_config(name, overrides)
 
 
 def test_paper_config_matches_the_reference_facts():

@@ -105,6 +105,7 @@ class Scripted:
 
 
 def run_eval(tmp_path, test_file, policy=None, **kw):
+    kw.setdefault("schedule", "sync")  # the batch sizes the tests count are the sync schedule's
     cfg = EvalConfig(data=[str(test_file)], sim=True, out=str(tmp_path / "out"), max_obs_length=200,
                      response_length=64, max_response_length=1024, **kw)
     return evaluate(cfg, load=lambda c: policy, log=lambda msg: None)

@@ -14,7 +14,7 @@ from tiny import tiny_tokenizer
 from verl.protocol import DataProto
 from verl.single_controller.base import collect, split_args
 from verl.workers.actor import ActorWorker
-from verl.workers.config import ActorConfig, CriticConfig
+from verl.workers.config import worker_config
 from verl.workers.critic import CriticWorker
 from verl.workers.fsdp import CheckpointError, full_state_dict
 from verl.workers.micro_batch import make_micro_batches, trim_padding
@@ -51,9 +51,9 @@ def make_batch(n=8, prompt_len=6, resp_len=8, seed=0, vocab=(3, V)):
 
 
 def actor_config(**kw):
-    base = dict(model=SPEC, device="cpu", lr=1e-3, weight_decay=0.01, grad_clip=1e9, ppo_mini_batch_size=8, micro_batch_size=8)
+    base = dict(model=SPEC, device="cpu", lr=1e-3, weight_decay=0.01, grad_clip=1e9, ppo_mini_batch_size=8, ppo_micro_batch_size=8)
     base.update(kw)
-    return ActorConfig(**base)
+    return worker_config(**base)
 
 
 def make_actor(**kw):
@@ -87,7 +87,7 @@ def assert_same_weights(a: dict, b: dict, atol=1e-6):
 # ---------------------------------------------------------------- (1) 2 processes
 # Packed rows and small log-prob chunks, so the sharded run also covers padding removal and
 # the head running inside the root module's forward (where FSDP2 gathers its weight).
-DIST_CFG = dict(ppo_epochs=2, entropy_coef=0.01, kl_loss_coef=0.1, max_tokens_per_micro_batch=16,
+DIST_CFG = dict(ppo_epochs=2, entropy_coef=0.01, use_kl_loss=True, kl_loss_coef=0.1, max_tokens_per_micro_batch=16,
                 log_prob_max_tokens_per_micro_batch=40, use_remove_padding=True, logprob_chunk_size=5)
 
 
@@ -309,7 +309,7 @@ def test_export_hf_loads_with_identical_logits(tmp_path):
 
 # -------------------------------------------------------------------- critic
 def test_critic_values_and_update():
-    critic = CriticWorker(CriticConfig(model=SPEC, device="cpu", lr=3e-3, grad_clip=1e9, ppo_mini_batch_size=8,
+    critic = CriticWorker(worker_config("critic", model=SPEC, device="cpu", lr=3e-3, grad_clip=1e9, ppo_mini_batch_size=8,
                                        max_tokens_per_micro_batch=30))
     critic.init_model()
     data = make_batch(seed=11)

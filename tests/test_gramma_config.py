@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from gramma.env import GraphEnv
@@ -28,13 +29,18 @@ def test_config_composes_and_builds_the_env():
     assert env.state_dict() == {}
 
 
-@pytest.mark.parametrize("override, needle", [("env.graph_dir=null", "env.graph_dir must name"),
-                                              ("+env.rank.bogus=1", "env.rank.bogus: unknown key"),
+@pytest.mark.parametrize("override, needle", [("env.graph_dir=''", "env.graph_dir must name"),
+                                              ("+env.rank.bogus=1", "env.rank.bogus: Key 'bogus' not in 'RankConfig'"),
                                               ("env.answer_metric=bleu", "answer_metric must be em|f1")])
 def test_bad_env_settings_are_named(override, needle):
     c = load(f"env.graph_dir={KG}", override)
     with pytest.raises(ValueError, match=needle):
         load_env(c.env.factory, c.env, tiny_tokenizer())
+
+
+def test_null_graph_dir_fails_at_composition():
+    with pytest.raises(ConfigCompositionException, match="graph_dir"):
+        load("env.graph_dir=null")
 
 
 def test_grpo_override_drops_the_critic():

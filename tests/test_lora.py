@@ -14,7 +14,7 @@ from test_fsdp_workers import SPEC, make_batch
 from test_rollout_hf import naive_greedy
 from tiny import tiny_tokenizer
 from verl.workers.actor import ActorWorker
-from verl.workers.config import ActorConfig, CriticConfig
+from verl.workers.config import worker_config
 from verl.workers.critic import CriticWorker
 from verl.workers.fsdp import CheckpointError
 from verl.workers.lora import LoraConfig, LoraLinear, adapters_disabled, apply_lora, merge_state_dict
@@ -32,9 +32,9 @@ def _one_thread():
 
 
 def make_actor(lora=LORA, cls=ActorWorker, **kw):
-    base = dict(model=SPEC, device="cpu", lr=1e-2, grad_clip=1e9, ppo_mini_batch_size=8, micro_batch_size=8,
+    base = dict(model=SPEC, device="cpu", lr=1e-2, grad_clip=1e9, ppo_mini_batch_size=8, ppo_micro_batch_size=8,
                 lora=lora if lora is not None else LoraConfig())
-    w = cls(ActorConfig(**{**base, **kw}))
+    w = cls(worker_config(**{**base, **kw}))
     w.init_model()
     return w
 
@@ -101,7 +101,7 @@ def test_rollout_after_sync_decodes_the_adapted_model(backend):
 
     tok = tiny_tokenizer()
     spec = dict(SPEC, vocab_size=len(tok), hidden_size=64, num_attention_heads=4)
-    worker = ActorRolloutWorker(ActorConfig(model=spec, device="cpu", lr=1e-2, tokenizer=tok, lora=LORA),
+    worker = ActorRolloutWorker(worker_config(model=spec, device="cpu", lr=1e-2, tokenizer=tok, lora=LORA),
                                 rollout={"name": backend, "max_batch_size": 4, "max_model_len": 64})
     worker.init_model()
     perturb_adapters(worker.model, scale=0.5)
@@ -199,8 +199,8 @@ def test_adapter_layer_compiles_in_one_graph_and_the_switch_recompiles():
 
 
 def test_critic_with_adapters_trains_its_value_head_too():
-    critic = CriticWorker(CriticConfig(model=SPEC, device="cpu", lr=1e-2, grad_clip=1e9, ppo_mini_batch_size=8,
-                                       micro_batch_size=8, lora=LORA))
+    critic = CriticWorker(worker_config("critic", model=SPEC, device="cpu", lr=1e-2, grad_clip=1e9,
+                                        ppo_mini_batch_size=8, ppo_micro_batch_size=8, lora=LORA))
     critic.init_model()
     trainable = {n for n, p in critic.model.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_" in n or n.startswith("score.") for n in trainable)

@@ -96,14 +96,14 @@ def test_actor_packed_log_probs_equal_the_padded_path(family):
     log-probs and entropies, and one LoRA-adapted update step on top (the q/k norms stay frozen)."""
     from test_update_efficiency import make_batch
     from verl.workers.actor import ActorWorker
-    from verl.workers.config import ActorConfig
+    from verl.workers.config import worker_config
     from verl.workers.lora import LoraConfig
 
     spec = dict(FAMILIES[family], vocab_size=80)
 
     def actor(**kw):
-        w = ActorWorker(ActorConfig(model=spec, device="cpu", lr=1e-3, ppo_mini_batch_size=6, micro_batch_size=6,
-                                    lora=LoraConfig(rank=4), **kw))
+        w = ActorWorker(worker_config(model=spec, device="cpu", lr=1e-3, ppo_mini_batch_size=6, ppo_micro_batch_size=6,
+                                      lora=LoraConfig(rank=4), **kw))
         w.init_model()
         return w
 

@@ -95,10 +95,10 @@ def test_actor_fast_log_probs_equal_the_reference_path_on_gemma_shapes(spec):
     (the model's own forward) on 16-token rows: the window (4) and the final soft-cap must hold."""
     from test_update_efficiency import make_batch
     from verl.workers.actor import ActorWorker
-    from verl.workers.config import ActorConfig
+    from verl.workers.config import worker_config
 
     def actor(**kw):
-        w = ActorWorker(ActorConfig(model=spec, device="cpu", lr=1e-3, ppo_mini_batch_size=6, micro_batch_size=6, **kw))
+        w = ActorWorker(worker_config(model=spec, device="cpu", lr=1e-3, ppo_mini_batch_size=6, ppo_micro_batch_size=6, **kw))
         w.init_model()
         return w
 

@@ -42,6 +42,15 @@ def test_shortened_embedded_default(tmp_path):
     assert any(rows[s]["route_count/mean"] > 0 for s in (1, 2)), "PPO rollouts made no pool call"
     assert (tmp_path / "hf" / "prompt_template.txt").exists()
 
+    # test.sh with only a checkpoint evaluates with the shape that checkpoint trained with (its run_config.yaml)
+    proc = subprocess.run(["bash", "test.sh", "--checkpoint", str(tmp_path / "hf"), "--data",
+                           str(tmp_path / "data" / "test.parquet"), "--limit", "4", "--out", str(tmp_path / "eval4")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    shape = json.loads((tmp_path / "eval4" / "summary.json").read_text())["config"]
+    assert (shape["max_turns"], shape["max_obs_length"], shape["response_length"], shape["max_response_length"],
+            shape["schedule"], shape["alpha"]) == (3, 128, 64, 512, "continuous", 0.0)
+
     # The warm start holds the cautious annotator's habit (some questions to the dearest generalist)
     # and its systematic mix-up (people/science hops to a cheap model that does not know them).
     modes = [r["mode"] for r in read_parquet_rows(tmp_path / "oracle" / "oracle.parquet")]
@@ -50,7 +59,7 @@ def test_shortened_embedded_default(tmp_path):
 
     # An alpha run from the same warm start: stages 1-3 reused, the evaluation scored with alpha 0.6.
     alpha_out = tmp_path / "alpha06"
-    env06 = {**env, "OUT": str(alpha_out), "SFT_FROM": str(tmp_path), "EVAL_ALPHA": "0.6"}
+    env06 = {**env, "OUT": str(alpha_out), "SFT_FROM": str(tmp_path)}  # the evaluation reads alpha from the run
     overrides06 = [o for o in overrides if not o.startswith("trainer.total_steps")] + ["trainer.total_steps=1",
                                                                                       "env.alpha=0.6"]
     proc = subprocess.run(["bash", "train.sh", *overrides06], cwd=ROOT, env=env06, capture_output=True, text=True,

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config
 from verl.algos.logprob import chunked_logprobs
 from verl.protocol import DataProto
 from verl.workers.actor import ActorWorker
-from verl.workers.config import ActorConfig, CriticConfig
+from verl.workers.config import worker_config
 from verl.workers.critic import CriticWorker
 from verl.workers.micro_batch import pack_rows, response_logit_index
 from verl.workers.model_loader import _varlen_flash, compile_decoder_layers, packed_attention_forward
@@ -49,8 +49,8 @@ def make_batch(n=6, prompt_len=7, resp_len=9, seed=0):
 
 
 def actor(**kw):
-    base = dict(model=QWEN, device="cpu", lr=1e-3, grad_clip=1e9, ppo_mini_batch_size=6, micro_batch_size=6)
-    w = ActorWorker(ActorConfig(**{**base, **kw}))
+    base = dict(model=QWEN, device="cpu", lr=1e-3, grad_clip=1e9, ppo_mini_batch_size=6, ppo_micro_batch_size=6)
+    w = ActorWorker(worker_config(**{**base, **kw}))
     w.init_model()
     return w
 
@@ -141,7 +141,7 @@ def test_packed_and_chunked_paths_equal_the_reference_path(chunk):
     assert not out_fast.batch["old_log_probs"].is_inference()  # usable by the autograd of the update
 
     data = data.union(out_ref.select(["old_log_probs"]))
-    ref.config.entropy_coef = fast.config.entropy_coef = 0.01
+    ref.config.actor.entropy_coef = fast.config.actor.entropy_coef = 0.01
     m_ref, m_fast = ref.update_actor(data), fast.update_actor(data)
     for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
         assert m_fast[key] == pytest.approx(m_ref[key], rel=1e-4, abs=1e-6), key
@@ -156,7 +156,7 @@ def test_packed_critic_values_and_update_equal_padded():
     data.batch["returns"] = torch.randn(6, 9)
     critics = []
     for packed in (False, True):
-        c = CriticWorker(CriticConfig(model=QWEN, device="cpu", lr=1e-3, grad_clip=1e9, ppo_mini_batch_size=6,
+        c = CriticWorker(worker_config("critic", model=QWEN, device="cpu", lr=1e-3, grad_clip=1e9, ppo_mini_batch_size=6,
                                       max_tokens_per_micro_batch=40, use_remove_padding=packed))
         c.init_model()
         critics.append(c)
@@ -175,14 +175,14 @@ def test_log_prob_budget_is_separate_from_the_training_budget():
     worker = actor(max_tokens_per_micro_batch=200, log_prob_max_tokens_per_micro_batch=3, use_remove_padding=True)
     with pytest.raises(ValueError, match="max_tokens_per_micro_batch=3"):
         worker.compute_log_prob(data)  # the no-grad pass uses its own (here too small) budget
-    worker.config.log_prob_max_tokens_per_micro_batch = None
+    worker.config.actor.log_prob_max_tokens_per_micro_batch = None
     data = data.union(worker.compute_log_prob(data))
-    worker.config.max_tokens_per_micro_batch = 3
+    worker.config.actor.max_tokens_per_micro_batch = 3
     with pytest.raises(ValueError, match="max_tokens_per_micro_batch=3"):
         worker.update_actor(data)
 
     plain = actor()  # loaded without the packed attention: switching packing on later must fail loudly
-    plain.config.use_remove_padding = True
+    plain.config.actor.use_remove_padding = True
     with pytest.raises(RuntimeError, match="use_remove_padding"):
         plain.compute_log_prob(data)
 

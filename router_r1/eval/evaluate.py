@@ -16,8 +16,13 @@ router prompt (rebuilt from extra_info.question with the checkpoint's template; 
 keeps the rows' prompts), and --budget-mode says what a route past the budget leads to
 (end: the episode stops unanswered; forced: the route is refused and an answer asked for).
 
-Sampled runs (--temperature T --seed S) reproduce with the default sync schedule: the
-generate calls then come in a fixed order and call k samples with seed (S, k).
+The episode's shape and score (--max-turns, --max-obs-length, --response-length,
+--max-response-length, --schedule, --alpha) default to what the checkpoint was trained with:
+the run_config.yaml its training run wrote beside it (output_dir/hf, a step directory). A flag
+overrides it; a checkpoint without one gets the paper run's (configs/router_r1.yaml); checkpoints
+trained with different values need the flag. Greedy episodes are the same under every schedule;
+sampled runs (--temperature T --seed S) default to the sync schedule, which reproduces them:
+the generate calls then come in a fixed order and call k samples with seed (S, k).
 
 Without --pool (or with --sim) the simulated pool is served in-process on 127.0.0.1.
 Writes summary.json, trajectories.jsonl and pareto.png under --out and prints a table.
@@ -368,12 +373,13 @@ class EvalConfig:
     top_p: float = 1.0
     seed: int = 0
     batch_size: int = 64
-    max_turns: int = 4
-    max_obs_length: int = 600
-    response_length: int = 1024
-    max_response_length: int = 4096
-    schedule: str = "sync"
-    alpha: float = 0.0
+    # The shape (router_r1.env.SHAPE_KEYS); None: the checkpoint's training run's (with_training_shape)
+    max_turns: int | None = None
+    max_obs_length: int | None = None
+    response_length: int | None = None
+    max_response_length: int | None = None
+    schedule: str | None = None
+    alpha: float | None = None
     out: str | None = None
     cache_dir: str | None = None
     limit: int | None = None  # rows per file
@@ -557,6 +563,37 @@ def run_one(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy | None, cf
     return records
 
 
+def with_training_shape(cfg: EvalConfig, log=print) -> EvalConfig:
+    """cfg with each shape key that no flag set taken from the checkpoints' training runs (run_config.yaml),
+    else from the paper run's config; sampled runs default to the sync schedule (reproducible)."""
+    from router_r1.env import SHAPE_KEYS, paper_env_config, trained_env_config
+
+    try:
+        trained = {c: e for c in cfg.checkpoints if (e := trained_env_config(c)) is not None}
+    except ValueError as e:
+        raise EvalError(str(e)) from None
+    updates, paper = {}, None
+    for key in SHAPE_KEYS:
+        if getattr(cfg, key) is not None:
+            continue
+        if key == "schedule" and not cfg.greedy:
+            updates[key] = "sync"
+            continue
+        values = {c: getattr(e, key) for c, e in trained.items()}
+        if len(set(values.values())) > 1:
+            raise EvalError(f"the checkpoints were trained with different env.{key} ({values}); "
+                            f"pass --{key.replace('_', '-')}")
+        if values:
+            updates[key] = next(iter(values.values()))
+        else:
+            paper = paper or paper_env_config()
+            updates[key] = getattr(paper, key)
+    if updates:
+        origin = ", ".join(trained) if trained else "configs/router_r1.yaml (no run_config.yaml found)"
+        log("shape from " + origin + ": " + " ".join(f"{k}={v}" for k, v in updates.items()))
+    return replace(cfg, **updates)
+
+
 def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=print) -> dict:
     """Run every planned run, write the outputs, return the summary. `load(checkpoint)` gives a Policy."""
     if cfg.batch_size < 1:
@@ -572,6 +609,7 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     load = load or (lambda c: load_policy(c, cfg.device, cfg.prompt_template, cfg.rollout, cfg.batch_size))
     files = find_data_files(cfg.data)
     rows = load_rows(files, cfg.limit)
+    cfg = with_training_shape(cfg, log)
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     out_dir = Path(cfg.out or Path("outputs") / "eval" / time.strftime("%Y%m%d-%H%M%S"))
     if not 0.0 <= cfg.max_pool_failure_rate <= 1.0:
@@ -662,12 +700,15 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-turns", type=int, default=4)
-    p.add_argument("--max-obs-length", type=int, default=600)
-    p.add_argument("--response-length", type=int, default=1024, help="tokens per generated turn")
-    p.add_argument("--max-response-length", type=int, default=4096, help="tokens of all turns and observations")
-    p.add_argument("--schedule", choices=("sync", "overlap"), default="sync")
-    p.add_argument("--alpha", type=float, default=0.0, help="cost coefficient of the reward column")
+    trained = " (default: the checkpoint's training run's)"
+    p.add_argument("--max-turns", type=int, default=None, help="routing turns" + trained)
+    p.add_argument("--max-obs-length", type=int, default=None, help="tokens per <information> block" + trained)
+    p.add_argument("--response-length", type=int, default=None, help="tokens per generated turn" + trained)
+    p.add_argument("--max-response-length", type=int, default=None,
+                   help="tokens of all turns and observations" + trained)
+    p.add_argument("--schedule", choices=("continuous", "sync", "overlap"), default=None,
+                   help="rollout schedule" + trained + "; sampled runs: sync")
+    p.add_argument("--alpha", type=float, default=None, help="cost coefficient of the reward column" + trained)
     p.add_argument("--baseline", action="append", default=[],
                    help="direct | largest:NAME | prompt-llm | single:NAME | all-singles (repeatable)")
     p.add_argument("--skip-router", action="store_true", help="run only the baselines")

@@ -8,22 +8,30 @@ Launch modes (trainer.backend):
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from verl.trainer.config import CONFIG_DIR, check_env_config, register_configs, save_run_config
 from verl.trainer.dataset import PromptDataset
 from verl.trainer.dist import Dist
 from verl.trainer.env import load_env
 from verl.trainer.ppo_trainer import PPOTrainer
 from verl.trainer.tracking import Tracker
 from verl.utils.tokenizer import load_tokenizer
-from verl.workers.config import ActorConfig, CriticConfig
-from verl.workers.lora import as_lora_config
+from verl.workers.config import WorkerConfig
 from verl.workers.model_loader import spec_for_tokenizer
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+CONFIG_DIR = str(CONFIG_DIR)
+register_configs()
+
+
+def load_config(name: str = "ppo_trainer", overrides=()) -> DictConfig:
+    """Compose configs/<name>.yaml with hydra overrides, outside a hydra app (tests, notebooks); env typed."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(CONFIG_DIR, version_base=None):
+        return check_env_config(compose(name, overrides=list(overrides)))
 
 
 def uses(cfg: DictConfig) -> tuple[bool, bool]:
@@ -35,40 +43,35 @@ def uses(cfg: DictConfig) -> tuple[bool, bool]:
     return critic, ref
 
 
-def worker_configs(cfg: DictConfig, tokenizer) -> tuple[ActorConfig, CriticConfig]:
-    a, c, m = cfg.actor, cfg.critic, cfg.model
+def resolved_dtype(model_dtype: str) -> str:
+    """model.dtype as a torch dtype name (auto: bf16; on CPU the workers compute in fp32 anyway)."""
+    if model_dtype not in ("auto", "bf16", "bfloat16", "fp32", "float32"):
+        raise ValueError(f"model.dtype must be auto | bf16 | fp32, got {model_dtype!r}")
+    return "bfloat16" if model_dtype in ("auto", "bf16", "bfloat16") else "float32"
+
+
+def worker_configs(cfg: DictConfig, tokenizer) -> tuple[WorkerConfig, WorkerConfig]:
+    """(policy, critic) worker configs: the resolved model plus the actor and critic sections."""
+    m = cfg.model
     policy = spec_for_tokenizer(OmegaConf.to_container(m.path, resolve=True) if OmegaConf.is_config(m.path) else m.path,
-                        tokenizer)
+                                tokenizer)
     critic_model = policy if m.critic_path is None else spec_for_tokenizer(m.critic_path, tokenizer)
-    dtype = "bfloat16" if m.dtype in ("auto", "bf16", "bfloat16") else "float32"
-    shared = dict(tokenizer=tokenizer, dtype=dtype, seed=m.seed, gradient_checkpointing=m.gradient_checkpointing,
-                  compile=m.compile,
-                  param_offload=a.param_offload, use_remove_padding=a.use_remove_padding,
-                  log_prob_max_tokens_per_micro_batch=a.log_prob_max_tokens_per_micro_batch)
-    actor = ActorConfig(
-        model=policy, lr=a.lr, betas=tuple(a.betas), weight_decay=a.weight_decay, grad_clip=a.grad_clip,
-        warmup_steps=a.warmup_steps, ppo_epochs=a.ppo_epochs, ppo_mini_batch_size=a.ppo_mini_batch_size,
-        micro_batch_size=a.ppo_micro_batch_size, max_tokens_per_micro_batch=a.max_tokens_per_micro_batch,
-        loss_agg_mode=a.loss_agg_mode, clip_low=a.clip_ratio_low, clip_high=a.clip_ratio_high,
-        dual_clip_c=a.dual_clip_c, entropy_coef=a.entropy_coef,
-        kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0, kl_loss_kind=a.kl_loss_type,
-        logprob_chunk_size=a.logprob_chunk_size, lora=as_lora_config(OmegaConf.to_container(a.lora)), **shared)
-    critic = CriticConfig(
-        model=critic_model, lr=c.lr, weight_decay=c.weight_decay, grad_clip=c.grad_clip, ppo_epochs=c.ppo_epochs,
-        ppo_mini_batch_size=c.ppo_mini_batch_size, micro_batch_size=c.ppo_micro_batch_size,
-        max_tokens_per_micro_batch=a.max_tokens_per_micro_batch, cliprange_value=c.cliprange_value,
-        lora=as_lora_config(OmegaConf.to_container(c.lora)), **shared)
-    return actor, critic
+    shared = dict(tokenizer=tokenizer, dtype=resolved_dtype(m.dtype), seed=m.seed,
+                  gradient_checkpointing=m.gradient_checkpointing, compile=m.compile,
+                  actor=OmegaConf.to_object(cfg.actor), critic=OmegaConf.to_object(cfg.critic))
+    return WorkerConfig(model=policy, **shared), WorkerConfig(model=critic_model, **shared)
 
 
 def rollout_config(cfg: DictConfig) -> dict:
     r = cfg.rollout
     out = {"name": r.name, "max_batch_size": r.max_batch_size, "tensor_parallel_size": r.tensor_parallel_size,
            "gpu_memory_utilization": r.gpu_memory_utilization, "seed": cfg.trainer.seed,
-           "cuda_graph": r.cuda_graph, "compile": r.compile, "device": r.get("device"),
+           "cuda_graph": r.cuda_graph, "compile": r.compile, "enforce_eager": r.enforce_eager, "device": r.device,
            "max_model_len": r.max_model_len or cfg.data.max_prompt_length + r.max_response_length + r.response_length}
     if isinstance(cfg.model.path, str):  # vLLM starts from the checkpoint, then gets the actor's weights
         out["model_path"] = cfg.model.path
+    if r.name == "vllm":  # the transformers backends decode a copy of the actor at the actor's compute dtype
+        out["dtype"] = resolved_dtype(cfg.model.dtype)
     return out
 
 
@@ -84,7 +87,7 @@ def build_groups(cfg: DictConfig, tokenizer, backend: str) -> tuple[dict, Dist |
     if use_critic:
         specs["critic"] = (CriticWorker, {"config": critic_cfg})
     # A LoRA actor is its own reference (adapters off): no second copy of the weights.
-    ref_is_actor = use_ref and actor_cfg.lora.enabled
+    ref_is_actor = use_ref and actor_cfg.actor.lora.enabled
     if use_ref and not ref_is_actor:
         specs["ref"] = (ActorWorker, {"config": actor_cfg, "role": "ref"})
 
@@ -138,6 +141,7 @@ def pick_backend(cfg: DictConfig) -> str:
 
 def run(cfg: DictConfig) -> dict:
     """Build everything from the config and train; returns the last step's metrics."""
+    cfg = check_env_config(cfg)  # an unknown env key fails here, before any model loads
     if cfg.trainer.device == "cpu":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     tokenizer = load_tokenizer(cfg.model.tokenizer)
@@ -151,6 +155,8 @@ def run(cfg: DictConfig) -> dict:
     backend = pick_backend(cfg)
     groups, dist = build_groups(cfg, tokenizer, backend)
     is_main = dist is None or dist.rank == 0
+    if is_main:
+        save_run_config(cfg, cfg.trainer.output_dir)
     tracker = Tracker(list(cfg.trainer.logger), cfg.trainer.output_dir, cfg.trainer.project_name,
                       cfg.trainer.experiment_name, OmegaConf.to_container(cfg, resolve=True),
                       resume=cfg.trainer.resume != "none") if is_main else None

@@ -29,6 +29,7 @@ from verl.protocol import DataProto
 from verl.trainer import checkpoint
 from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
+from verl.trainer.config import save_run_config
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env import Env, RolloutResult
 from verl.trainer.tracking import Tracker, plot_curves, timer, trim_jsonl
@@ -156,7 +157,7 @@ class PPOTrainer:
         self.decode_s = 0.0  # seconds spent inside generate calls (the rest of a rollout waits for the env)
         self.gen_batches = 0  # prompt batches drawn so far; dynamic sampling may draw several per step
         self.rollout_imbalance = None  # max/mean of the ranks' summed load hints, when balanced
-        self.off_policy_steps = int(cfg.trainer.get("off_policy_steps", 0))
+        self.off_policy_steps = int(cfg.trainer.off_policy_steps)
         if self.off_policy_steps not in (0, 1):
             raise ValueError(f"trainer.off_policy_steps must be 0 or 1, got {self.off_policy_steps}")
         if self.off_policy_steps and dist is not None and dist.world_size > 1:
@@ -370,7 +371,7 @@ class PPOTrainer:
                     raise ValueError("trainer.off_policy_steps=1 needs the sampling engine's log-probs: the env must "
                                      "return info['rollout_log_probs'] when sampling.return_logprobs is set")
                 weights, is_stats = off_policy_weights(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"],
-                                                       mask, alg.get("rollout_is_cap", 2.0))
+                                                       mask, alg.rollout_is_cap)
                 batch.batch["rollout_is_weights"] = weights
                 metrics.update(is_stats)
             if self.ref is not None:
@@ -460,6 +461,7 @@ class PPOTrainer:
             torch.save(state, step_dir / "trainer_state.pt")
             (step_dir / "trainer_state.json").write_text(json.dumps(
                 {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value}))
+            save_run_config(self.cfg, step_dir)  # evaluation reads the shape the run trained with
             checkpoint.write_manifest(step_dir, self.global_step)  # last: its presence means complete
             self._prune()
         self._barrier()
@@ -569,4 +571,6 @@ class PPOTrainer:
                 print(f"no plot: {e}")
         if t.export_hf:
             self.actor.export_hf(str(self.out_dir / "hf"))
+            if self.is_main:
+                save_run_config(self.cfg, self.out_dir / "hf")
         return last

@@ -7,9 +7,12 @@ reward function is named in the config (`env.reward_fn: module:function`) and ca
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 import numpy as np
+from omegaconf import II
 
+from verl.trainer.config import section_to_dataclass
 from verl.trainer.env import GenerateFn, RolloutResult
 from verl.workers.rollout.base import SamplingParams
 
@@ -48,8 +51,21 @@ class SingleTurnEnv:
         pass
 
 
+@dataclass
+class SingleTurnEnvConfig:
+    """`env` of the engine's own one-turn task (configs/env/single_turn.yaml): the smoke default."""
+
+    factory: str = "verl.trainer.single_turn:make_env"  # "module:function" the engine calls with (env section, tokenizer)
+    reward_fn: str = "verl.trainer.single_turn:target_char_reward"  # "module:function" (text, row fields) -> score
+    max_response_length: int = II("rollout.response_length")  # tokens of the one response
+
+
 def make_env(env_cfg, tokenizer) -> SingleTurnEnv:
     """Factory named by `env.factory` in the trainer config."""
-    module_name, _, attr = str(env_cfg.get("reward_fn", "verl.trainer.single_turn:target_char_reward")).partition(":")
+    cfg = section_to_dataclass(SingleTurnEnvConfig, env_cfg, "env")
+    module_name, _, attr = cfg.reward_fn.partition(":")
     fn = getattr(importlib.import_module(module_name), attr)
-    return SingleTurnEnv(tokenizer, fn, int(env_cfg.get("max_response_length", 64)))
+    return SingleTurnEnv(tokenizer, fn, cfg.max_response_length)
+
+
+make_env.config_class = SingleTurnEnvConfig

@@ -24,7 +24,7 @@ from verl.algos.losses import agg_loss, entropy_from_logits, kl_loss, logprobs_f
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker, register
 from verl.workers import fsdp
-from verl.workers.config import ActorConfig, WorkerConfig
+from verl.workers.config import WorkerConfig
 from verl.workers.lora import adapters_disabled, apply_lora, as_lora_config, merge_state_dict, trainable_parameters
 from verl.workers.micro_batch import (SEQ_KEYS, loss_units, make_micro_batches, pack_rows, pad_response,
                                       response_logit_index, split_rows, trim_padding)
@@ -37,9 +37,11 @@ class FSDPWorker(Worker):
     def __init__(self, config: WorkerConfig, role: str):
         super().__init__(config.device)
         self.config, self.role = config, role
+        # The section this worker trains with; batching, padding-free and offload keys are the actor's for all.
+        self.train_cfg = config.critic if role == "critic" else config.actor
         self.trainable = role in ("actor", "critic")
         self.model = self.optimizer = self.scheduler = None
-        lora = as_lora_config(getattr(config, "lora", None))
+        lora = as_lora_config(self.train_cfg.lora)
         # The reference of a LoRA run is the actor with its adapters off; a "ref" worker is the base model.
         self.lora = lora if lora.enabled and self.trainable else None
 
@@ -52,7 +54,7 @@ class FSDPWorker(Worker):
         load_dtype = torch.float32 if self.trainable else compute_dtype
         model = load_model(cfg.model, load_dtype, role="critic" if self.role == "critic" else "actor",
                            seed=cfg.seed, gradient_checkpointing=cfg.gradient_checkpointing and self.trainable,
-                           attn_implementation=PACKED_ATTENTION if cfg.use_remove_padding else None)
+                           attn_implementation=PACKED_ATTENTION if cfg.actor.use_remove_padding else None)
         if self.lora is not None:  # before compile and sharding: they see the adapted layers
             # the critic's value head is new: it trains in full beside the adapters
             apply_lora(model, self.lora, trainable=("score.", "classifier.") if self.role == "critic" else ())
@@ -60,11 +62,11 @@ class FSDPWorker(Worker):
             compile_decoder_layers(model)
         self.autocast_dtype = None
         if self.world_size > 1:
-            if not cfg.param_offload:
+            if not cfg.actor.param_offload:
                 model.to(self.device)
             mesh = init_device_mesh(self.device.type, (self.world_size,))
             fsdp.apply_fsdp2(model, mesh, param_dtype=compute_dtype, reduce_dtype=torch.float32,
-                             reshard_after_forward=cfg.reshard_after_forward, cpu_offload=cfg.param_offload)
+                             reshard_after_forward=cfg.reshard_after_forward, cpu_offload=cfg.actor.param_offload)
         else:
             model.to(self.device)
             if compute_dtype != load_dtype:  # one GPU: mixed precision by autocast instead of FSDP's policy
@@ -74,9 +76,11 @@ class FSDPWorker(Worker):
             # The fused (one-kernel) AdamW on one GPU; sharded DTensor parameters keep the default
             # multi-tensor path, the one that the multi-process tests exercise.
             fused = self.device.type == "cuda" and self.world_size == 1
-            self.optimizer = torch.optim.AdamW(trainable_parameters(model), lr=cfg.lr, betas=tuple(cfg.betas),
-                                               weight_decay=cfg.weight_decay, fused=fused or None)
-            warmup = cfg.warmup_steps
+            t = self.train_cfg
+            self.optimizer = torch.optim.AdamW(trainable_parameters(model), lr=t.lr, betas=tuple(t.betas),
+                                               weight_decay=t.weight_decay, fused=fused or None)
+            # critic.warmup_steps holds the actor back instead; the critic's lr has no warmup
+            warmup = t.warmup_steps if self.role == "actor" else 0
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
 
@@ -84,7 +88,7 @@ class FSDPWorker(Worker):
     def _micro_batches(self, data: DataProto, no_grad: bool = False) -> list[np.ndarray]:
         """Row indices per micro-batch; every rank gets the same count (FSDP's collectives pair up).
         `no_grad` passes use log_prob_max_tokens_per_micro_batch when it is set."""
-        cfg = self.config
+        cfg = self.config.actor
         budget = cfg.max_tokens_per_micro_batch
         if no_grad and cfg.log_prob_max_tokens_per_micro_batch:
             budget = cfg.log_prob_max_tokens_per_micro_batch
@@ -92,8 +96,9 @@ class FSDPWorker(Worker):
             k = len(make_micro_batches(data, budget))
             k = int(self.all_reduce(k, "max"))
             return make_micro_batches(data, budget, min_num=k)
-        k = int(self.all_reduce(math.ceil(len(data) / cfg.micro_batch_size), "max"))
-        return split_rows(len(data), cfg.micro_batch_size, min_num=k)
+        size = self.train_cfg.ppo_micro_batch_size
+        k = int(self.all_reduce(math.ceil(len(data) / size), "max"))
+        return split_rows(len(data), size, min_num=k)
 
     def _inputs(self, mb: DataProto, response_len: int):
         """Model kwargs for a micro-batch, packed into one row when use_remove_padding, and where
@@ -101,7 +106,7 @@ class FSDPWorker(Worker):
         to (batch * seq, ...) or (total, ...), score the n real response tokens at `index` (n,);
         `real` (batch, response_len) marks their places."""
         ids, attn, pos = (mb.batch[k] for k in SEQ_KEYS)
-        packed = self.config.use_remove_padding
+        packed = self.config.actor.use_remove_padding
         index, real = response_logit_index(attn, response_len, packed)
         if not packed:
             return dict(input_ids=ids, attention_mask=attn, position_ids=pos), index, real
@@ -116,7 +121,7 @@ class FSDPWorker(Worker):
         return kwargs, index, real
 
     def _mini_batch_rows(self) -> int:
-        size = self.config.ppo_mini_batch_size
+        size = self.train_cfg.ppo_mini_batch_size
         if size % self.world_size:
             raise ValueError(f"ppo_mini_batch_size={size} must be divisible by the world size {self.world_size}")
         return size // self.world_size
@@ -132,7 +137,7 @@ class FSDPWorker(Worker):
 
     def _optimizer_step(self) -> float:
         """Clip, then step unless the gradient norm is not finite; returns the pre-clip norm."""
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_cfg.grad_clip)
         norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
         if math.isfinite(norm):
             self.optimizer.step()
@@ -161,14 +166,14 @@ class FSDPWorker(Worker):
 
 
 class ActorWorker(FSDPWorker):
-    def __init__(self, config: ActorConfig, role: str = "actor"):
+    def __init__(self, config: WorkerConfig, role: str = "actor"):
         if role not in ("actor", "ref"):
             raise ValueError(f"ActorWorker role must be 'actor' or 'ref', got {role!r}")
         super().__init__(config, role)
 
     def _log_prob(self, mb: DataProto, temperature: float, with_entropy: bool):
         """(log p(response token), entropy or None), each (batch, response_len), 0 on padding."""
-        cfg = self.config
+        cfg = self.config.actor
         if cfg.logprob_chunk_size is None and not cfg.use_remove_padding:
             return self._log_prob_full_vocab(mb, temperature, with_entropy)
         resp_len = mb.batch["responses"].shape[1]
@@ -254,12 +259,12 @@ class ActorWorker(FSDPWorker):
     def update_actor(self, data: DataProto) -> dict[str, float]:
         """PPO: epochs over mini-batches, one optimizer step per mini-batch, gradient
         accumulation over micro-batches. Needs old_log_probs, advantages (and ref_log_prob
-        when kl_loss_coef > 0)."""
-        cfg = self.config
+        when actor.use_kl_loss)."""
+        cfg = self.config.actor
         if not self.trainable:
             raise RuntimeError(f"update_actor called on a worker with role {self.role!r}")
         keys = list(SEQ_KEYS) + ["responses", "response_mask", "old_log_probs", "advantages"]
-        keys += ["ref_log_prob"] if cfg.kl_loss_coef else []
+        keys += ["ref_log_prob"] if cfg.use_kl_loss else []
         keys += ["rollout_is_weights"] if "rollout_is_weights" in data.batch else []  # off-policy batches
         data = data.select(keys)
         temperature = data.meta.get("temperature", 1.0)
@@ -279,7 +284,7 @@ class ActorWorker(FSDPWorker):
                     old = torch.where(mask, mb.batch["old_log_probs"], logp.detach())
                     adv = torch.where(mask, mb.batch["advantages"], 0.0)
                     w = mb.batch.get("rollout_is_weights")
-                    loss, m = policy_loss(logp, old, adv, mask, cfg.clip_low, cfg.clip_high,
+                    loss, m = policy_loss(logp, old, adv, mask, cfg.clip_ratio_low, cfg.clip_ratio_high,
                                           cfg.dual_clip_c, cfg.loss_agg_mode,
                                           is_weights=None if w is None else torch.where(mask, w, 0.0))
                     m["pg_loss"] = loss.item()
@@ -287,9 +292,9 @@ class ActorWorker(FSDPWorker):
                         ent = agg_loss(entropy, mask, cfg.loss_agg_mode)
                         loss = loss - cfg.entropy_coef * ent
                         m["entropy"] = ent.item()
-                    if cfg.kl_loss_coef:
+                    if cfg.use_kl_loss:
                         ref = torch.where(mask, mb.batch["ref_log_prob"], logp.detach())
-                        kl = kl_loss(logp, ref, mask, cfg.kl_loss_kind, cfg.loss_agg_mode)
+                        kl = kl_loss(logp, ref, mask, cfg.kl_loss_type, cfg.loss_agg_mode)
                         loss = loss + cfg.kl_loss_coef * kl
                         m["kl_loss"] = kl.item()
                     # This micro-batch's share of the global mini-batch loss; x world_size

@@ -15,13 +15,13 @@ from verl.protocol import DataProto
 from verl.utils.tokenizer import load_tokenizer
 from verl.single_controller.base import register
 from verl.workers.actor import ActorWorker
-from verl.workers.config import ActorConfig
+from verl.workers.config import WorkerConfig
 from verl.workers.model_loader import load_model, to_dtype
 from verl.workers.rollout import build_rollout
 
 
 class ActorRolloutWorker(ActorWorker):
-    def __init__(self, config: ActorConfig, rollout: dict):
+    def __init__(self, config: WorkerConfig, rollout: dict):
         super().__init__(config, role="actor")
         self.rollout_cfg = dict(rollout)
         self.rollout = None

@@ -10,19 +10,19 @@ from verl.algos.losses import value_loss
 from verl.protocol import DataProto
 from verl.single_controller.base import register
 from verl.workers.actor import FSDPWorker
-from verl.workers.config import CriticConfig
+from verl.workers.config import WorkerConfig
 from verl.workers.micro_batch import SEQ_KEYS, loss_units, pad_response, trim_padding
 
 
 class CriticWorker(FSDPWorker):
-    def __init__(self, config: CriticConfig):
+    def __init__(self, config: WorkerConfig):
         super().__init__(config, role="critic")
 
     def _values(self, mb: DataProto) -> torch.Tensor:
         """V(state before each response token), (batch, response_len), 0 on padding."""
         resp_len = mb.batch["responses"].shape[1]
         keep = resp_len
-        if not self.config.use_remove_padding:
+        if not self.config.actor.use_remove_padding:
             mb, keep = trim_padding(mb)
         # Same shift as the policy: position t's output scores the state that produces token t+1.
         kwargs, index, real = self._inputs(mb, keep)
@@ -44,7 +44,7 @@ class CriticWorker(FSDPWorker):
     @register("dp")
     def update_critic(self, data: DataProto) -> dict[str, float]:
         """Clipped value regression onto `returns` over policy tokens; same batching as update_actor."""
-        cfg = self.config
+        cfg = self.config.critic
         data = data.select(list(SEQ_KEYS) + ["responses", "response_mask", "values", "returns"])
         metrics = defaultdict(list)
         self.model.train()

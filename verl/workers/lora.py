@@ -37,7 +37,7 @@ class LoraConfig:
 
     rank: int = 0  # adapter rank r; 0 = off (full fine-tuning)
     alpha: float = 16.0  # the adapter's output is scaled by alpha / rank
-    target_modules: list[str] | str = field(default_factory=lambda: [ALL_LINEAR])  # Linear names in the decoder layers that get adapters (q_proj, v_proj, ...), or all-linear
+    target_modules: list[str] = field(default_factory=lambda: [ALL_LINEAR])  # Linear names in the decoder layers that get adapters (q_proj, v_proj, ...), or all-linear
     dropout: float = 0.0  # dropout on the adapter's input while training
 
     def __post_init__(self):

@@ -1,0 +1,43 @@
+"""A run's resolved config is saved beside its models; evaluation and inference read their shape from it."""
+import pytest
+
+from router_r1.eval.evaluate import EvalConfig, EvalError, with_training_shape
+from verl.trainer.config import RUN_CONFIG, find_run_config, save_run_config
+from verl.trainer.main_ppo import load_config
+
+
+def trained(tmp_path, name, *overrides):
+    """A checkpoint directory holding the run_config.yaml of configs/embedded.yaml with `overrides`."""
+    cfg = load_config("embedded", overrides)
+    save_run_config(cfg, tmp_path / name)
+    return str(tmp_path / name)
+
+
+def test_saved_config_is_resolved_and_found_from_a_step_actor_dir(tmp_path):
+    ckpt = trained(tmp_path, "run/checkpoints/step_000002")
+    text = (tmp_path / "run/checkpoints/step_000002" / RUN_CONFIG).read_text()
+    assert "${" not in text and "response_length: 64" in text and "alpha: 0.0" in text
+    assert find_run_config(f"{ckpt}/actor") == find_run_config(ckpt) == tmp_path / ckpt / RUN_CONFIG
+    assert find_run_config(tmp_path) is None
+
+
+def test_evaluation_takes_the_trained_shape_and_a_flag_overrides_it(tmp_path):
+    ckpt = trained(tmp_path, "a", "env.max_turns=2", "env.alpha=0.6", "env.schedule=sync")
+    cfg = with_training_shape(EvalConfig(data=["x"], checkpoints=[ckpt], max_obs_length=99), log=lambda m: None)
+    assert (cfg.max_turns, cfg.max_obs_length, cfg.response_length, cfg.max_response_length, cfg.schedule,
+            cfg.alpha) == (2, 99, 64, 512, "sync", 0.6)
+
+
+def test_no_run_config_gets_the_paper_shape_and_sampling_gets_sync(tmp_path):
+    cfg = with_training_shape(EvalConfig(data=["x"], checkpoints=[str(tmp_path)], greedy=False), log=lambda m: None)
+    paper = load_config("router_r1").env
+    assert (cfg.max_turns, cfg.max_obs_length, cfg.response_length, cfg.max_response_length) == (
+        paper.max_turns, paper.max_obs_length, 1024, 4096)
+    assert cfg.schedule == "sync"  # sampled runs reproduce under sync
+
+
+def test_checkpoints_trained_differently_need_the_flag(tmp_path):
+    a, b = trained(tmp_path, "a", "env.alpha=0.0"), trained(tmp_path, "b", "env.alpha=0.6")
+    with pytest.raises(EvalError, match=r"different env\.alpha.*--alpha"):
+        with_training_shape(EvalConfig(data=["x"], checkpoints=[a, b]), log=lambda m: None)
+    assert with_training_shape(EvalConfig(data=["x"], checkpoints=[a, b], alpha=0.3), log=lambda m: None).alpha == 0.3

@@ -1,0 +1,258 @@
+"""The run config: one dataclass per yaml section, registered with Hydra's ConfigStore as `ppo_schema`.
+
+Every key has one home, here or in verl/workers/config.py (model, actor, critic, ref) or, for the `env`
+section, in the dataclass its factory names (`make_env.config_class`): field name = yaml key, default,
+and its documentation beside it. configs/*.yaml only override. Hydra rejects an unknown or mistyped key
+at start, naming it; `check_env_config` does the same for `env` against the environment's dataclass.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import II, DictConfig, OmegaConf, open_dict
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from verl.workers.config import ActorConfig, CriticConfig, ModelConfig, RefConfig
+
+
+@dataclass
+class DataConfig:
+    """`data`: prompts and batches."""
+
+    train_files: list[str] = field(default_factory=lambda: ["tests/data/toy_prompts.parquet"])  # parquet files with a `prompt` column of chat messages
+    val_files: list[str] = field(default_factory=lambda: ["tests/data/toy_prompts.parquet"])  # validation parquet files (empty: no validation)
+    prompt_key: str = "prompt"  # the column holding the chat messages
+    max_prompt_length: int = 256  # tokens; longer prompts: see truncation
+    truncation: str = "error"  # error | left | skip
+    train_batch_size: int = 8  # prompts per step (before rollout.n samples each)
+    val_batch_size: int = 16  # validation batch; the last short batch is kept
+    shuffle: bool = True  # shuffle the training order each epoch
+    seed: int = 42  # fixes the data order; a resumed run sees the same order
+    train_limit: Optional[int] = None  # use only the first N training rows (debugging)
+    val_limit: Optional[int] = None  # use only the first N validation rows
+
+
+@dataclass
+class RolloutConfig:
+    """`rollout`: the decoding engine and its sampling."""
+
+    name: str = "hf"  # hf (transformers, everywhere) | hf_static (static KV cache + CUDA-graph decode; Llama/Qwen2/Gemma 3 shapes; the fast choice on GPU without vLLM) | vllm (GPU, the vllm extra). On the H200 hf wrote a wrong first token in one chunk per call with Gemma 3 (docs/results/h200): use hf_static there
+    temperature: float = 1.0  # training sampling temperature
+    top_p: float = 1.0  # nucleus sampling
+    top_k: int = -1  # top-k sampling (-1 = off)
+    n: int = 1  # samples per prompt (GRPO/DAPO groups)
+    response_length: int = 64  # max tokens generated per turn (and per single-turn response)
+    max_response_length: int = 256  # max total response tokens (all turns + observations)
+    device: Optional[str] = None  # hf / hf_static: where the engine's copy of the policy decodes; null: the actor's device. One process only: cuda:1 puts the rollout on a second GPU, so with trainer.off_policy_steps=1 the whole rollout runs beside the update
+    max_batch_size: int = 64  # hf / hf_static: rows decoded together (hf_static preallocates its cache for this many)
+    max_model_len: Optional[int] = None  # hf_static cache columns per row / vllm context; null: data.max_prompt_length + max_response_length + response_length (the longest context a turn can see)
+    cuda_graph: bool = True  # hf_static: replay the decode step as a CUDA graph (false: eager, for debugging)
+    compile: bool = False  # hf_static: torch.compile the per-layer work around the matmuls and the sampler; compiles once, ~15 s on a GPU
+    gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory for weights and KV cache
+    tensor_parallel_size: int = 1  # vllm: GPUs per engine
+    enforce_eager: bool = False  # vllm: no CUDA graphs (debugging)
+    val_greedy: bool = True  # validation decodes greedily (and really does)
+    val_temperature: float = 0.0  # validation temperature when val_greedy is false
+
+
+@dataclass
+class KLCtrlConfig:
+    """`algorithm.kl_ctrl`: the coefficient of KL in the reward."""
+
+    type: str = "fixed"  # fixed | adaptive
+    kl_coef: float = 0.001  # the (initial) coefficient
+    target_kl: float = 0.1  # adaptive only: the KL the controller steers to
+    horizon: int = 10000  # adaptive only: its time constant in samples
+
+
+@dataclass
+class DynamicSamplingConfig:
+    """`algorithm.dynamic_sampling` (DAPO): drop groups (same uid) whose rewards are all equal (zero advantage) and
+    play further prompt batches until data.train_batch_size groups remain; needs rollout.n > 1; logs
+    dapo/groups_{kept,dropped,trained,filled} and dapo/gen_batches."""
+
+    enable: bool = False  # on / off
+    max_gen_batches: int = 10  # cap on prompt batches per step; then train on what there is (a warning, dapo/short_batch = 1)
+
+
+@dataclass
+class OverlongPenaltyConfig:
+    """`algorithm.overlong_penalty`: DAPO's soft overlong punishment, added to the score before advantages."""
+
+    enable: bool = False  # on / off
+    max_length: int = II("rollout.max_response_length")  # response tokens (all turns + observations) where it reaches -factor
+    buffer: int = 64  # the penalty falls linearly from 0 to -factor over the last `buffer` tokens
+    factor: float = 1.0  # the full penalty
+
+
+@dataclass
+class AlgorithmConfig:
+    """`algorithm`: advantages and KL."""
+
+    adv_estimator: str = "gae"  # gae | grpo
+    gamma: float = 1.0  # GAE discount
+    lam: float = 1.0  # GAE lambda
+    whiten_advantages: bool = True  # gae: whiten over policy tokens
+    grpo_norm_by_std: bool = True  # grpo: divide by the group's std (false: Dr. GRPO)
+    use_kl_in_reward: bool = True  # subtract kl_coef * KL(policy || ref) per token from the reward
+    kl_penalty: str = "k1"  # KL estimator in the reward: k1 | abs | k2 | k3
+    kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)  # the KL-in-reward coefficient
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)  # DAPO's group filter
+    overlong_penalty: OverlongPenaltyConfig = field(default_factory=OverlongPenaltyConfig)  # DAPO's length penalty
+    rollout_is_cap: float = 2.0  # off-policy: per-token importance weight pi_old/pi_rollout truncated at this
+
+
+@dataclass
+class TrainerConfig:
+    """`trainer`: the loop, checkpoints, logging and launch."""
+
+    total_steps: int = 4  # N steps = N updates; the last step is always saved
+    save_freq: int = 2  # save every N steps (0 = only the last)
+    test_freq: int = 2  # validate every N steps (0 = only the last); also before step 1 if val_before_train
+    val_before_train: bool = True  # validate once before training
+    output_dir: str = "outputs/smoke"  # checkpoints, metrics.jsonl, curves.png, hf/ and the run's config.yaml
+    resume: str = "auto"  # auto (latest complete checkpoint in output_dir) | none | a step directory
+    max_checkpoints: int = 3  # keep the newest N checkpoints (0 = all)
+    export_hf: bool = True  # write the final actor as an HF model under output_dir/hf
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # console | jsonl | wandb
+    project_name: str = "router-r1"  # wandb project
+    experiment_name: str = "smoke"  # wandb run name and plot title
+    backend: str = "auto"  # auto (ray if nnodes > 1 or ray_address is set, else spmd) | spmd | ray
+    ray_address: Optional[str] = None  # connect to a running cluster (`ray start --head`); null = local
+    num_cpus_per_worker: int = 1  # ray: CPUs each rank's actor reserves (its roles share them)
+    ray_placement: str = "auto"  # ray: auto (STRICT_PACK when one node holds every rank, else PACK) | STRICT_PACK | PACK | SPREAD | STRICT_SPREAD
+    ray_ready_timeout_s: float = 300.0  # ray: seconds to place the ranks and build their workers before failing
+    nnodes: int = 1  # nodes (ray)
+    n_gpus_per_node: int = 1  # workers per node (one per GPU; on CPU, processes)
+    device: str = "auto"  # auto | cpu | cuda
+    seed: int = 1  # sampling seed (step s samples with seed + s)
+    balance_rollouts: bool = False  # spmd: spread episodes over ranks by a per-row load hint, largest first to the least-loaded rank (hint: env.row_load(row, sampling, validate) if the env has it, else extra_info.turn_budget; no hint or off: contiguous chunks)
+    off_policy_steps: int = 0  # 1: the next step's rollout (generation + pool calls) runs while this step trains; the loss is weighted by algorithm.rollout_is_cap-truncated importance weights
+    dump_rollouts: int = 0  # write the first N training episodes of every step (text, score, metrics) to output_dir/rollouts.jsonl (0 = off)
+    plot_keys: list[str] = field(default_factory=lambda: ["reward/mean", "val/reward/mean", "actor/pg_loss", "critic/vf_loss", "response_length/mean"])  # metrics drawn in output_dir/curves.png
+
+
+@dataclass
+class PPOConfig:
+    """The whole run. `env` is the environment's own section (a config group: configs/env/*.yaml)."""
+
+    data: DataConfig = field(default_factory=DataConfig)  # prompts and batches
+    model: ModelConfig = field(default_factory=ModelConfig)  # weights and tokenizer
+    actor: ActorConfig = field(default_factory=ActorConfig)  # policy optimizer and loss
+    critic: CriticConfig = field(default_factory=CriticConfig)  # value model
+    ref: RefConfig = field(default_factory=RefConfig)  # reference policy
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # decoding
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)  # advantages and KL
+    env: Any = None  # the environment: `factory` ("module:function") plus the keys of its config_class
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # loop, checkpoints, logging
+
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+def register_configs(config_dir: str | Path = CONFIG_DIR) -> None:
+    """Register `ppo_schema` (configs/ppo_trainer.yaml starts from it) and, for each environment
+    configs/env/<name>.yaml, its factory's config_class as `env/<name>_schema` (the yaml starts from that).
+    The factories are imported by the name their yaml gives, as load_env does: verl names no environment."""
+    cs = ConfigStore.instance()
+    cs.store(name="ppo_schema", node=PPOConfig)
+    for path in sorted(Path(config_dir, "env").glob("*.yaml")):
+        factory = (yaml.safe_load(path.read_text()) or {}).get("factory")
+        cls = env_config_class(factory) if factory else None
+        if cls is not None:
+            cs.store(group="env", name=f"{path.stem}_schema", node=cls)
+
+
+def env_config_class(factory: str) -> type | None:
+    """The dataclass of an environment's section: `config_class` on its factory function (None if it has none)."""
+    module_name, _, attr = str(factory).partition(":")
+    if not attr:
+        raise ValueError(f"env.factory must look like 'package.module:function', got {factory!r}")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"env.factory {factory!r} cannot be imported: {e}") from e
+    return getattr(fn, "config_class", None)
+
+
+def check_env_config(cfg: DictConfig) -> DictConfig:
+    """Replace cfg.env by its environment's typed section (defaults filled in); an unknown or mistyped key
+    fails here, at start, naming it. An environment without a config_class keeps its section as given."""
+    if cfg.env is None or "factory" not in cfg.env:
+        raise ValueError("env.factory is not set (pick an environment: env=router | env=gramma | env=single_turn)")
+    cls = env_config_class(cfg.env.factory)
+    if cls is None:
+        return cfg
+    typed = _merge(cls, cfg.env, "env")
+    with open_dict(cfg):
+        cfg.env = typed
+    return cfg
+
+
+def _merge(cls: type, section: Any, where: str) -> DictConfig:
+    if isinstance(section, DictConfig):  # as plain data: a key force-added (+env.x) to a typed node is checked too
+        section = OmegaConf.to_container(section, resolve=False)
+    try:
+        return OmegaConf.merge(OmegaConf.structured(cls), section)
+    except (ConfigKeyError, ValidationError) as e:
+        raise ValueError(f"{where}.{e.full_key}: {e.msg} (the keys of {where} are the fields of "
+                         f"{cls.__module__}.{cls.__qualname__})") from None
+
+
+def section_to_dataclass(cls: type, section: Any, where: str):
+    """A config section (a dataclass, a mapping, or a DictConfig inside the run config) as an instance of
+    `cls`, checked: an unknown or mistyped key raises ValueError naming `where.key`."""
+    if isinstance(section, cls):
+        return section
+    if isinstance(section, DictConfig):  # resolve ${...} against the whole run config first
+        section = OmegaConf.to_container(section, resolve=True)
+    return OmegaConf.to_object(_merge(cls, section, where))
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's documentation: the comment beside it in the source (tests check none is missing)."""
+    import inspect
+
+    docs = {}
+    for cls_ in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(cls_):
+            continue
+        for line in inspect.getsource(cls_).splitlines():
+            name, sep, rest = line.strip().partition(":")
+            if sep and name.isidentifier() and "  # " in rest:
+                docs[name] = rest.split("  # ", 1)[1].strip()
+    return docs
+
+
+RUN_CONFIG = "run_config.yaml"  # the resolved config of a run, beside its checkpoints and its HF export
+
+
+def save_run_config(cfg: DictConfig, directory: str | Path) -> Path:
+    """Write the run's resolved config (every key, defaults filled in) as directory/run_config.yaml."""
+    path = Path(directory) / RUN_CONFIG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return path
+
+
+def find_run_config(checkpoint: str | Path) -> Path | None:
+    """The run_config.yaml of a checkpoint directory (output_dir/hf, a step directory, or its actor/
+    subdirectory); None for a model no run of ours wrote."""
+    p = Path(checkpoint)
+    for d in (p, p.parent) if p.name in ("actor", "critic") else (p,):
+        if (d / RUN_CONFIG).is_file():
+            return d / RUN_CONFIG
+    return None
+
+
+def load_run_config(checkpoint: str | Path) -> DictConfig | None:
+    """The resolved run config a checkpoint was trained with (see find_run_config), or None."""
+    path = find_run_config(checkpoint)
+    return OmegaConf.load(path) if path is not None else None
