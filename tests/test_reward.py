@@ -392,3 +392,17 @@ def test_extract_answer_agrees_with_the_regex_and_is_linear():
     t0 = time.perf_counter()
     assert extract_answer(hostile) is None and extract_answer(hostile + "</answer>") == "<answer>" * 39_999 + "x"
     assert time.perf_counter() - t0 < 3.0
+
+
+def test_env_keys_reach_the_reward(registry):
+    """env.format_rules and env.reward_metric (router_r1/env.py) are what the environment scores with."""
+    from router_r1.env import make_env
+    from tiny import tiny_tokenizer
+
+    base = {"pool": str(POOL), "response_length": 64, "max_response_length": 256}
+    default = make_env(base, tiny_tokenizer())
+    chosen = make_env({**base, "format_rules": "strict", "reward_metric": "f1"}, tiny_tokenizer())
+    for env in (default, chosen):
+        env.client.close()
+    assert (default.reward.format_rules, default.reward.reward_metric) == ("reference", "em")
+    assert (chosen.reward.format_rules, chosen.reward.reward_metric) == ("strict", "f1")
