@@ -12,8 +12,6 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import yaml
-
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import extract_answer
 from router_r1.rollout.episode import Episode
@@ -21,11 +19,7 @@ from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams
 
 log = logging.getLogger(__name__)
 
-# Where a training run's resolved configuration may sit, relative to the checkpoint dir and its parent
-# (the HF export sits in the run's output dir). Its `env` section gives the turn settings and alphas.
-RUN_CONFIG_NAMES = ("run_config.yaml", "resolved_config.yaml", "config.yaml")
 TURN_KEYS = ("max_turns", "max_obs_length", "response_length", "max_response_length")
-TURN_DEFAULTS = {"max_turns": 4, "max_obs_length": 600, "response_length": 1024, "max_response_length": 4096}
 
 
 class ServeError(ValueError):
@@ -34,7 +28,7 @@ class ServeError(ValueError):
 
 @dataclass
 class RunSettings:
-    """What the server needs from the run it serves (the saved config, else flags and defaults)."""
+    """What the server needs from the run it serves: its saved run_config.yaml (env section), flags over it."""
 
     turns: dict  # TURN_KEYS -> int
     alphas: tuple[float, ...] = ()  # the alpha-conditioned set it was trained on (empty: one fixed alpha)
@@ -43,42 +37,33 @@ class RunSettings:
     source: str = "defaults"  # where the settings came from, for the start-up line
 
 
-def find_run_config(checkpoint: Path) -> Path | None:
-    """The resolved run config saved with (or next to) a checkpoint, or None."""
-    for d in (checkpoint, checkpoint.parent):
-        for name in RUN_CONFIG_NAMES:
-            path = d / name
-            if path.is_file():
-                return path
-    return None
-
-
 def load_run_settings(checkpoint: Path, overrides: dict | None = None) -> RunSettings:
-    """Turn settings and alphas from the checkpoint's saved run config; `overrides` (flags, not None) win."""
+    """Turn settings and alphas of the run a checkpoint was trained with (router_r1.env.trained_env_config);
+    a checkpoint without a run config gets the paper run's shape. `overrides` (flags, not None) win."""
+    from router_r1.env import paper_env_config, trained_env_config
+    from verl.trainer.config import find_run_config
+
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    path = find_run_config(checkpoint)
-    env: dict = {}
-    if path is not None:
-        try:
-            cfg = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ServeError(f"{path}: not valid yaml ({str(e).splitlines()[0]})") from e
-        env = cfg.get("env") or {} if isinstance(cfg, dict) else {}
-        if not isinstance(env, dict):
-            raise ServeError(f"{path}: field 'env' must be a mapping")
+    try:
+        env = trained_env_config(checkpoint)
+    except ValueError as e:  # a run config with an unknown or mistyped key: named by section_to_dataclass
+        raise ServeError(str(e)) from e
+    path = find_run_config(checkpoint) if env is not None else None
+    if env is None:
+        env = paper_env_config()
     turns = {}
     for k in TURN_KEYS:
-        v = overrides.get(k, env.get(k, TURN_DEFAULTS[k]))
+        v = overrides.get(k, getattr(env, k))
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "max_turns" else 1):
             raise ServeError(f"{path or 'flags'}: '{k}' must be a positive integer, got {v!r}")
         turns[k] = v
-    alphas = tuple(float(a) for a in (overrides.get("alphas", env.get("alphas")) or ()))
-    alpha = float(overrides.get("alpha", env.get("alpha", alphas[0] if alphas else 0.0)))
+    alphas = tuple(float(a) for a in (overrides.get("alphas", env.alphas) or ()))
+    alpha = float(overrides.get("alpha", alphas[0] if alphas else env.alpha))
     for a in (*alphas, alpha):
         if not 0.0 <= a <= 1.0:
             raise ServeError(f"{path or 'flags'}: alpha values must be in [0, 1], got {a}")
-    source = f"{path}" + (" + flags" if overrides else "") if path else ("flags" if overrides else "defaults")
-    return RunSettings(turns, alphas, alpha, env.get("pool"), source)
+    where = str(path) if path else "the paper run's shape (no run_config.yaml)"
+    return RunSettings(turns, alphas, alpha, env.pool if path else None, where + (" + flags" if overrides else ""))
 
 
 # ---------------------------------------------------------------------------------- episode

@@ -165,13 +165,16 @@ def test_settings_come_from_the_saved_run_config(ckpt, tmp_path):
     s = load_run_settings(ckpt, {"max_turns": 3, "alpha": None})
     assert s.turns == {**TURNS, "max_turns": 3} and s.alphas == ALPHAS and s.alpha == 0.0 and s.pool == str(SIM)
     assert "run_config.yaml" in s.source and "flags" in s.source
-    bare = load_run_settings(tmp_path)  # no saved config: defaults, said so
-    assert bare.source == "defaults" and bare.alphas == () and bare.turns["max_turns"] == 4
-    (tmp_path / "run_config.yaml").write_text("env:\n  max_turns: -1\n")
+    bare = load_run_settings(tmp_path)  # no run config: the paper run's shape, said so
+    assert "no run_config.yaml" in bare.source and bare.alphas == () and bare.turns["max_turns"] == 4
+    (tmp_path / "run_config.yaml").write_text("env:\n  factory: router_r1.env:make_env\n  max_turnz: 2\n")
+    with pytest.raises(ServeError, match="max_turnz"):
+        load_run_settings(tmp_path)
+    (tmp_path / "run_config.yaml").write_text("env:\n  factory: router_r1.env:make_env\n  max_turns: -1\n"
+                                              "  response_length: 8\n  max_response_length: 64\n")
     with pytest.raises(ServeError, match=r"run_config.yaml.*max_turns"):
         load_run_settings(tmp_path)
     assert isinstance(RouterConfig(**s.turns), RouterConfig) and isinstance(s, RunSettings)
-    assert Path(ckpt / "prompt_template.txt").is_file()
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +224,27 @@ def test_bench_serve_runs_and_agrees_with_the_evaluation_path(ckpt, val_file):
     out = bench_serve.bench(args)
     assert out["server"]["requests"] == 6 and out["server"]["answered"] == 6 and out["answers_agree"] == 1.0
     assert out["eval_path"]["questions"] == 6 and out["server"]["latency_s"]["p99"] >= out["server"]["latency_s"]["p50"]
+
+
+def test_evaluation_tells_a_conditioned_checkpoint_its_alpha(ckpt, pool_server, val_file, tmp_path, monkeypatch):
+    from router_r1.eval.evaluate import EvalConfig, evaluate
+
+    monkeypatch.setenv("ROUTER_SIM_API_KEY", POOL_KEY)
+    prompts = []
+
+    def load(c):
+        policy = load_policy(c)
+        generate = policy.generate
+
+        def spy(batch, sampling):
+            prompts.extend(policy.tokenizer.decode(p) for p in batch)
+            return generate(batch, sampling)
+        return replace(policy, generate=spy)
+
+    for alpha, said in ((0.6, "Cost weight for this question: 0.6 "), (None, "Cost weight for this question: 0 ")):
+        prompts.clear()
+        out = evaluate(EvalConfig(data=[str(val_file)], checkpoints=[str(ckpt)], pool=str(SIM),
+                                  pool_url=pool_server.url, alpha=alpha, out=str(tmp_path / f"e{alpha}")),
+                       load=load, log=lambda *_: None)
+        assert prompts and all(said in p for p in prompts)  # --alpha, else the run's first alpha
+        assert out["runs"][0]["overall"]["em"] == 0.5

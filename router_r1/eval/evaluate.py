@@ -519,6 +519,17 @@ def _labels(checkpoints: list[str]) -> dict[str, str]:
     return out
 
 
+def conditioned_alpha(checkpoint: str | None, cfg: EvalConfig) -> float | None:
+    """The alpha an alpha-conditioned checkpoint (env.alphas in its run_config.yaml) is told in each prompt:
+    --alpha, else its run's first alpha; None for any other checkpoint (its rows' prompts are used as given)."""
+    from router_r1.env import trained_env_config
+
+    env = trained_env_config(checkpoint) if checkpoint else None
+    if env is None or not env.alphas:
+        return None
+    return float(cfg.alpha) if cfg.alpha is not None else float(env.alphas[0])
+
+
 def _rollout_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, cfg: EvalConfig, log) -> list[dict]:
     """router: the rows' own prompts; direct: prompts rebuilt with a zero turn budget, no route executed."""
     if run.kind == "direct":
@@ -526,6 +537,10 @@ def _rollout_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, cfg:
         rcfg = cfg.router_config(max_turns=DIRECT_MAX_TURNS)
     elif cfg.budget is not None and cfg.budget_text:
         messages, rcfg = budget_messages(rows, pool.registry, policy.template, cfg.budget), cfg.router_config()
+    elif (alpha := conditioned_alpha(run.checkpoint, cfg)) is not None:  # told its cost weight, as in training
+        messages = [build_router_prompt(q, pool.registry, policy.template, alpha=alpha)
+                    for q in questions_of(rows, run.label)]
+        rcfg = cfg.router_config()
     else:
         messages, rcfg = [r.messages for r in rows], cfg.router_config()
     prompts = [tokenize_prompt(policy.tokenizer, m) for m in messages]
