@@ -37,7 +37,7 @@ from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, SimQuestion, SimWorld
 from router_r1.prompts import TemplateError, submodel_messages
-from router_r1.protocol import format_observation, render_route
+from router_r1.actions import format_observation, render_route
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score
 

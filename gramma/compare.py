@@ -2,7 +2,7 @@
 
     python -m gramma.compare BASE.jsonl NEW.jsonl [--out cmp.json]
 
-Inputs are trajectories files from gramma.evaluate (one record per question, keyed by uid).
+Inputs are trajectories files from gramma.graph_eval (one record per question, keyed by uid).
 The difference is NEW - BASE; the 95% interval resamples questions (paired bootstrap), and
 the exact McNemar test counts the questions only one of the two got right.
 """

@@ -86,7 +86,7 @@ class ExperienceBank:
 
 
 def bank_from_records(records: list[dict]) -> ExperienceBank:
-    """Records as gramma.evaluate writes them (gt, answer, em, visited, cross_checked, evidence_ok)."""
+    """Records as gramma.graph_eval writes them (gt, answer, em, visited, cross_checked, evidence_ok)."""
     bank = ExperienceBank()
     for i, r in enumerate(records):
         try:
@@ -118,7 +118,7 @@ def apply_advice(data: str | Path, bank: ExperienceBank, out: str | Path, n: int
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gramma.experience", description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--trajectories", help="JSONL from gramma.evaluate on the advice split (train or val)")
+    src.add_argument("--trajectories", help="JSONL from gramma.graph_eval on the advice split (train or val)")
     src.add_argument("--bank", help="advice JSON written by the first form: put its advice into --data's prompts")
     p.add_argument("--data", help="with --bank: the question parquet to copy with advice")
     p.add_argument("--out", required=True)

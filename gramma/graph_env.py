@@ -27,7 +27,7 @@ from gramma.ranking import Ranker, RankConfig
 from gramma.session import OBS_CLOSE, OBS_OPEN, Session, neutralise
 from router_r1.reward.qa_em import em_score, f1_score
 from verl.trainer.config import section_to_dataclass
-from verl.trainer.env import GenerateFn, RolloutResult
+from verl.trainer.env_interface import GenerateFn, RolloutResult
 from verl.workers.rollout.base import SamplingParams
 
 
@@ -47,7 +47,7 @@ class GraphEnvConfig:
     evidence_weight: float = 0.0  # > 0: scale a right answer by the evidence check (0 = no check)
     invalid_hint: bool = True  # a corrective hint after an invalid action
     rank: RankConfig = field(default_factory=RankConfig)  # ranking weights of a neighbourhood (gramma/ranking.py)
-    factory: str = "gramma.env:make_env"  # "module:function" the engine calls with (env section, tokenizer)
+    factory: str = "gramma.graph_env:make_env"  # "module:function" the engine calls with (env section, tokenizer)
 
 
 @dataclass
@@ -206,7 +206,7 @@ class GraphEnv:
 
 
 def make_env(env_cfg, tokenizer) -> GraphEnv:
-    """Factory for `env.factory: gramma.env:make_env` (keys: GraphEnvConfig)."""
+    """Factory for `env.factory: gramma.graph_env:make_env` (keys: GraphEnvConfig)."""
     cfg = section_to_dataclass(GraphEnvConfig, env_cfg, "env")
     if not cfg.graph_dir:
         raise ValueError("env.graph_dir must name a graph directory (entities + triples files)")

@@ -1,6 +1,6 @@
 """Evaluate GraMMA checkpoints on a question file: accuracy overall and per question kind.
 
-    python -m gramma.evaluate --data OUT/test.parquet --graph OUT/graph --checkpoint OUT/sft --checkpoint OUT/hf
+    python -m gramma.graph_eval --data OUT/test.parquet --graph OUT/graph --checkpoint OUT/sft --checkpoint OUT/hf
 
 Greedy decoding through the transformers rollout backend and the same GraphEnv as
 training; writes OUT/summary.json and OUT/trajectories.jsonl when --out is given.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gramma.env import GraphEnv, GraphEnvConfig
+from gramma.graph_env import GraphEnv, GraphEnvConfig
 from gramma.ranking import RankConfig
 from verl.trainer.dataset import PromptDataset, eval_batches
 from verl.workers.rollout.base import SamplingParams
@@ -58,7 +58,7 @@ def evaluate(checkpoint: str, env_cfg: GraphEnvConfig, data: str, batch_size: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gramma.evaluate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m gramma.graph_eval", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True)
     p.add_argument("--graph", required=True)
     p.add_argument("--checkpoint", action="append", required=True, help="HF model dir (repeat to compare)")

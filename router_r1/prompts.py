@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.protocol import ROUTE_EXAMPLE, wrap_information
+from router_r1.actions import ROUTE_EXAMPLE, wrap_information
 
 SUBMODEL_SYSTEM = (
     "You are one expert in a panel that a routing assistant consults. Reply to the "

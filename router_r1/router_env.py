@@ -11,7 +11,7 @@ from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import load_template
 from router_r1.reward.score import RewardConfig
-from router_r1.rollout.manager import RouterConfig, RouterEnv
+from router_r1.episodes.manager import RouterConfig, RouterEnv
 from verl.trainer.config import find_run_config, load_run_config, section_to_dataclass
 
 
@@ -21,7 +21,7 @@ class RouterEnvConfig:
     default written as RouterConfig.x / RewardConfig.x is that class's, for code that builds them directly);
     evaluation and inference read a trained run's values from its run_config.yaml."""
 
-    factory: str = "router_r1.env:make_env"  # "module:function" the engine calls with (env section, tokenizer)
+    factory: str = "router_r1.router_env:make_env"  # "module:function" the engine calls with (env section, tokenizer)
     pool: str = "configs/pool/paper.yaml"  # the pool registry yaml (models, prices, endpoints)
     pool_url: Optional[str] = None  # override every endpoint of the pool yaml (a local proxy, the simulated server)
     seen_only: bool = True  # route only to models not marked unseen
@@ -32,7 +32,7 @@ class RouterEnvConfig:
     max_obs_length: int = RouterConfig.max_obs_length  # tokens of pool text per <information> block (cut inside the block)
     response_length: int = II("rollout.response_length")  # tokens per generated turn
     max_response_length: int = II("rollout.max_response_length")  # all turns and <information> blocks together
-    schedule: str = RouterConfig.schedule  # continuous (one coroutine per episode; the engine batches) | sync (each turn waits for the batch's slowest call, the reference's) | overlap (the older batch queue); router_r1/rollout/manager.py
+    schedule: str = RouterConfig.schedule  # continuous (one coroutine per episode; the engine batches) | sync (each turn waits for the batch's slowest call, the reference's) | overlap (the older batch queue); router_r1/episodes/manager.py
     invalid_hint: bool = RouterConfig.invalid_hint  # append a corrective hint after an invalid action (else nothing)
     cache_dir: Optional[str] = None  # pool reply cache: re-runs are free and repeatable
     max_concurrency: int = 32  # pool calls in flight per endpoint

@@ -41,7 +41,7 @@ from router_r1.eval.evaluate import (USER_ERRORS, Pool, Policy, check_checkpoint
 from router_r1.pool.server import ServerThread, error_response, start_site
 from router_r1.prompts import build_router_prompt
 from router_r1.reward.score import RewardConfig
-from router_r1.rollout.manager import RouterConfig, RouterEnv
+from router_r1.episodes.manager import RouterConfig, RouterEnv
 from router_r1.serve_engine import Answered, RunSettings, ServeError, load_run_settings, play_episode, request_sampling
 from verl.workers.rollout.base import as_async
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import extract_answer
-from router_r1.rollout.episode import Episode
+from router_r1.episodes.episode import Episode
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams
 
 log = logging.getLogger(__name__)

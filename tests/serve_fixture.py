@@ -15,7 +15,7 @@ import yaml
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.prompts import build_router_prompt, submodel_messages
-from router_r1.protocol import NO_REPLY_TEXT, wrap_information
+from router_r1.actions import NO_REPLY_TEXT, wrap_information
 from tiny import tiny_model, tiny_tokenizer
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"

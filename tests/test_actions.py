@@ -5,7 +5,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.protocol import (
+from router_r1.actions import (
     INVALID_REASONS, NO_REPLY_TEXT, ROUTE_EXAMPLE, Action, format_observation, invalid_observation,
     neutralize_tags, parse_action, render_route, truncate_at_first_action, whitespace_truncate,
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from router_r1.env import make_env as factory
+from router_r1.router_env import make_env as factory
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread, SimBackend
@@ -16,18 +16,12 @@ from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, budget_exhausted_message, budget_text
 from router_r1.reward.format import check_format
 from router_r1.reward.score import RewardConfig
-from router_r1.rollout.manager import RouterConfig, RouterEnv
-from tiny import tiny_tokenizer
+from router_r1.episodes.manager import RouterConfig, RouterEnv
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
 BIG = "Mixtral-8x22B-Instruct"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,7 @@ from data_process.sim_qa import SimConfig, build_sim
 from router_r1.eval.evaluate import EvalConfig, EvalError, Policy, evaluate, open_pool, parse_args
 from router_r1.eval.evaluate import main as evaluate_main
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, budget_text
-from router_r1.rollout.manager import RouterConfig
-from tiny import tiny_tokenizer
+from router_r1.episodes.manager import RouterConfig
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,11 +21,6 @@ import eval_budgets  # noqa: E402
 
 BIG, CHEAP = "Mixtral-8x22B-Instruct", "LLaMA-3.1-8B-Instruct"
 TEMPLATE = "Route or answer.\n{budget}Question: {question}\n"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 from data_process.sim_oracle_budget import CONTROL, BudgetOracleConfig, build_rows, main, reward_text, run
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import budget_exhausted_message, budget_text
-from router_r1.protocol import parse_action
+from router_r1.actions import parse_action
 from router_r1.reward.format import check_format
 from tiny import tiny_tokenizer
 from verl.trainer.sft import tokenize_example

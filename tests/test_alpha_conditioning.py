@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from router_r1.env import make_env as factory
+from router_r1.router_env import make_env as factory
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread, SimBackend
@@ -14,19 +14,13 @@ from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import TemplateError, alpha_text, build_router_prompt
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.score import RewardConfig, compute_scores
-from router_r1.rollout.manager import RouterConfig, RouterEnv
+from router_r1.episodes.manager import RouterConfig, RouterEnv
 from router_r1.routing_collapse import by_source, collapse_metrics
-from tiny import tiny_tokenizer
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
 BIG, CHEAP = "Mixtral-8x22B-Instruct", "LLaMA-3.1-8B-Instruct"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
-from gramma.env import GraphEnvConfig
-from router_r1.env import RouterEnvConfig, make_env
+from gramma.graph_env import GraphEnvConfig
+from router_r1.router_env import RouterEnvConfig, make_env
 from verl.trainer.config import PPOConfig, check_env_config, field_docs, section_to_dataclass
 from verl.trainer.main_ppo import CONFIG_DIR
 from verl.trainer.single_turn import SingleTurnEnvConfig
@@ -72,7 +72,7 @@ def test_force_added_env_key_fails_at_start_naming_it():
 
 
 def test_env_factory_swapped_on_the_command_line_is_checked_against_its_own_class():
-    cfg = _compose("ppo_trainer", "env.factory=router_r1.env:make_env")  # single_turn's keys, router's factory
+    cfg = _compose("ppo_trainer", "env.factory=router_r1.router_env:make_env")  # single_turn's keys, router's factory
     with pytest.raises(ValueError, match=r"env\.reward_fn.*RouterEnvConfig"):
         check_env_config(cfg)
 
@@ -82,8 +82,8 @@ def test_env_section_is_typed_with_its_defaults():
     env = section_to_dataclass(RouterEnvConfig, cfg.env, "env")
     assert env.max_turns == 3 and env.alpha == RouterEnvConfig.alpha
     assert env.response_length == cfg.rollout.response_length  # linked to the rollout, resolved
-    assert _compose("gramma").env.factory == "gramma.env:make_env"
-    assert _compose("ppo_trainer", "env=router").env.factory == "router_r1.env:make_env"
+    assert _compose("gramma").env.factory == "gramma.graph_env:make_env"
+    assert _compose("ppo_trainer", "env=router").env.factory == "router_r1.router_env:make_env"
 
 
 def test_make_env_rejects_a_bad_mapping():

@@ -79,7 +79,7 @@ def test_dapo_config_carries_the_paper_settings():
     assert c.algorithm.dynamic_sampling.enable and c.algorithm.dynamic_sampling.max_gen_batches >= 1
     assert uses(c) == (False, False)  # no critic, no KL anywhere so no reference model
     assert c.algorithm.overlong_penalty.max_length == c.rollout.max_response_length
-    assert c.env.factory == "router_r1.env:make_env"  # the embedded default underneath
+    assert c.env.factory == "router_r1.router_env:make_env"  # the embedded default underneath
 
 
 # ------------------------------------------------------------------ in the trainer

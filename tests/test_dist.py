@@ -7,7 +7,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from verl.trainer.dist import Dist
-from verl.trainer.env import RolloutResult
+from verl.trainer.env_interface import RolloutResult
 
 
 def test_shares_cover_every_row_once_in_order():

@@ -21,11 +21,11 @@ from router_r1.pool.server import ServerThread
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import build_router_prompt, pool_descriptors
-from router_r1.protocol import TAGS, format_observation, parse_action
+from router_r1.actions import TAGS, format_observation, parse_action
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score, extract_answer, normalize_answer
 from router_r1.reward.score import RewardConfig
-from router_r1.rollout.manager import RouterConfig, RouterEnv
+from router_r1.episodes.manager import RouterConfig, RouterEnv
 from verl.trainer.dataset import PromptRow
 from verl.trainer.sft import load_rows, prompt_ids, tokenize_example
 from verl.workers.model_loader import load_model

@@ -27,7 +27,7 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.prompts import submodel_messages
 from router_r1.reward.qa_em import em_score
-from tiny import tiny_model, tiny_tokenizer
+from tiny import tiny_model
 from verl.workers.rollout.base import GenOutput
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,11 +36,6 @@ BIG, CHEAP = "Mixtral-8x22B-Instruct", "LLaMA-3.1-8B-Instruct"
 # A short template keeps the tiny model's prompts small; {budget} lets `direct` say "answer alone".
 TEMPLATE = "Route or answer.\n{budget}Question: {question}\n"
 NO_CONSULT = "you may not consult any model"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

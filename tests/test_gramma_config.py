@@ -6,9 +6,9 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from gramma.env import GraphEnv
+from gramma.graph_env import GraphEnv
 from tiny import tiny_tokenizer
-from verl.trainer.env import load_env
+from verl.trainer.env_interface import load_env
 from verl.trainer.main_ppo import CONFIG_DIR, uses
 
 KG = Path(__file__).resolve().parent / "data" / "kg"
@@ -21,7 +21,7 @@ def load(*overrides):
 
 def test_config_composes_and_builds_the_env():
     c = load(f"env.graph_dir={KG}", "env.rank.top_k=5", "env.evidence_weight=0.3", "rollout.response_length=40")
-    assert c.env.factory == "gramma.env:make_env" and uses(c) == (True, True)
+    assert c.env.factory == "gramma.graph_env:make_env" and uses(c) == (True, True)
     env = load_env(c.env.factory, c.env, tiny_tokenizer())
     assert isinstance(env, GraphEnv)
     assert env.cfg.rank.top_k == 5 and env.cfg.evidence_weight == 0.3 and env.cfg.response_length == 40

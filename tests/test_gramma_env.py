@@ -6,19 +6,13 @@ import pytest
 
 from data_process.kg_oracle import play
 from data_process.kg_synth import question_row, questions_for
-from gramma.env import GraphEnv, GraphEnvConfig
+from gramma.graph_env import GraphEnv, GraphEnvConfig
 from gramma.graph import KnowledgeGraph
 from gramma.session import Session
-from tiny import tiny_tokenizer
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
 KG = Path(__file__).resolve().parent / "data" / "kg"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""gramma.evaluate on a real (random, tiny) HF checkpoint; its records feed the experience bank."""
+"""gramma.graph_eval on a real (random, tiny) HF checkpoint; its records feed the experience bank."""
 from pathlib import Path
 
 import pandas as pd
 
 from data_process.kg_synth import question_row, questions_for
-from gramma.env import GraphEnvConfig
-from gramma.evaluate import evaluate
+from gramma.graph_env import GraphEnvConfig
+from gramma.graph_eval import evaluate
 from gramma.experience import TAXONOMY, bank_from_records
 from gramma.graph import KnowledgeGraph
 from tiny import tiny_model, tiny_tokenizer

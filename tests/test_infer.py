@@ -16,19 +16,14 @@ from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import submodel_messages
 from router_r1.reward.qa_em import em_score
-from router_r1.rollout.manager import RouterConfig
-from tiny import tiny_model, tiny_tokenizer
+from router_r1.episodes.manager import RouterConfig
+from tiny import tiny_model
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
 REPO = Path(__file__).resolve().parents[1]
 SIM = REPO / "configs" / "pool" / "sim.yaml"
 BIG = "Mixtral-8x22B-Instruct"
 TEMPLATE = "Route or answer.\n{budget}Question: {question}\n"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from test_rollout_hf import naive_greedy, prompts_of
-from tiny import tiny_tokenizer
 from verl.workers.rollout import SamplingParams
 from verl.workers.rollout.static_rollout import StaticRollout
 
@@ -29,11 +28,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 def build(spec: dict, vocab: int, seed: int = 0):

@@ -328,7 +328,7 @@ def test_bug_in_our_code_surfaces(server):
 
 def test_lone_surrogates_in_a_reply_are_cleaned_where_they_enter(server, tmp_path):
     from router_r1.eval.report import write_jsonl
-    from router_r1.rollout.episode import Episode, TurnRules
+    from router_r1.episodes.episode import Episode, TurnRules
     from tiny import tiny_tokenizer
 
     with fast_client(server, cache_dir=str(tmp_path / "cache")) as client:

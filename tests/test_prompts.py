@@ -8,7 +8,7 @@ from router_r1.prompts import (
     DEFAULT_TEMPLATE, SUBMODEL_SYSTEM, TemplateError, budget_text, build_router_prompt, fill_template,
     load_template, pool_descriptors, submodel_messages,
 )
-from router_r1.protocol import ROUTE_EXAMPLE, parse_action
+from router_r1.actions import ROUTE_EXAMPLE, parse_action
 
 POOL = Path(__file__).resolve().parents[1] / "configs" / "pool" / "paper.yaml"
 

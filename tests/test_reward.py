@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.protocol import format_observation
+from router_r1.actions import format_observation
 from router_r1.reward import (
     CostNormalizer, RewardConfig, check_format, compute_score, compute_scores, em_score, extract_answer,
     f1_score, make_normalizers, normalize_answer,

@@ -16,13 +16,12 @@ import pytest
 
 from router_r1.pool.client import PoolResult
 from router_r1.pool.registry import ModelRegistry
-from router_r1.protocol import TAGS, format_observation, parse_action, truncate_at_first_action
+from router_r1.actions import TAGS, format_observation, parse_action, truncate_at_first_action
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.format import check_format, closed_blocks
 from router_r1.reward.qa_em import extract_answer
 from router_r1.reward.score import RewardConfig, compute_score
-from router_r1.rollout.episode import Episode, TurnRules
-from tiny import tiny_tokenizer
+from router_r1.episodes.episode import Episode, TurnRules
 
 POOL = Path(__file__).resolve().parents[1] / "configs" / "pool" / "paper.yaml"
 N_CASES = 150
@@ -44,11 +43,6 @@ TAILS = ["", "", ".", ",", '"', "<", " then more text", "\n"]
 @pytest.fixture(scope="module")
 def registry():
     return ModelRegistry.from_yaml(POOL).seen()
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 def hostile_reply(rng: random.Random, huge: bool = False) -> str:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from test_rollout_hf import prompts_of
-from tiny import tiny_model, tiny_tokenizer
+from tiny import tiny_model
 from verl.workers.rollout.base import AsyncRolloutBackend, BatchedAsync, GenOutput, SamplingParams, as_async
 from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -17,11 +17,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

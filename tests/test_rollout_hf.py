@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tiny import tiny_model, tiny_tokenizer
+from tiny import tiny_model
 from verl.workers.rollout import RolloutBackend, SamplingParams, build_rollout
 from verl.workers.rollout.hf_rollout import HFRollout, StopChecker, filter_logits
 
@@ -20,11 +20,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 def prompts_of(tok, texts=TEXTS):

@@ -12,20 +12,14 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import FaultConfig, ServerThread, SimBackend
 from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import build_router_prompt
-from router_r1.protocol import NO_REPLY_TEXT
+from router_r1.actions import NO_REPLY_TEXT
 from router_r1.reward.score import RewardConfig
-from router_r1.rollout.manager import RouterConfig, RouterEnv
-from tiny import tiny_tokenizer
+from router_r1.episodes.manager import RouterConfig, RouterEnv
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
 BIG = "Mixtral-8x22B-Instruct"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

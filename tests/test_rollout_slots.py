@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from test_rollout_hf import prompts_of
-from tiny import tiny_model, tiny_tokenizer
+from tiny import tiny_model
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread, SimBackend
 from router_r1.reward.score import RewardConfig
-from router_r1.rollout.manager import RouterConfig, RouterEnv
+from router_r1.episodes.manager import RouterConfig, RouterEnv
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout import build_rollout
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
@@ -29,11 +29,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 def slots(model, tok, n_slots, **kw):

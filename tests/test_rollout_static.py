@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from test_rollout_hf import _chi_square_ok, naive_greedy, prompts_of
-from tiny import tiny_model, tiny_tokenizer
+from tiny import tiny_model
 from verl.workers.rollout import SamplingParams, build_rollout
 from verl.workers.rollout.hf_rollout import HFRollout
 from verl.workers.rollout.static_rollout import StaticRollout, sample_and_logprob, sample_from_uniform
@@ -19,11 +19,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.mark.parametrize("kind,extra", [("llama", {}), ("qwen2", {}),

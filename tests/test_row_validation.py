@@ -6,7 +6,7 @@ import pytest
 from tiny import tiny_tokenizer
 
 from data_process.schema import make_row
-from router_r1.rollout.manager import RouterEnv
+from router_r1.episodes.manager import RouterEnv
 from router_r1.row_check import check_router_row
 from verl.trainer.dataset import DataError, PromptDataset
 
@@ -25,11 +25,6 @@ def _write(tmp_path, rows, name="train.parquet"):
 
 def _load(path):
     return PromptDataset(str(path), tiny_tokenizer(), row_check=RouterEnv.check_row)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.mark.parametrize("target, why", [

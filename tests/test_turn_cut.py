@@ -16,10 +16,10 @@ import torch
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread
-from router_r1.protocol import wrap_information
+from router_r1.actions import wrap_information
 from router_r1.reward.format import check_format
 from router_r1.reward.score import RewardConfig
-from router_r1.rollout.manager import RouterConfig, RouterEnv
+from router_r1.episodes.manager import RouterConfig, RouterEnv
 from tiny import tiny_model
 from verl.trainer.dataset import PromptRow
 from verl.utils.tiny import train_bpe_json, wrap_tokenizer

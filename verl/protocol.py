@@ -19,12 +19,6 @@ import torch
 Index = int | slice | list[int] | np.ndarray | torch.Tensor
 
 
-def _first_dim(value: torch.Tensor | np.ndarray) -> int:
-    if value.ndim == 0:
-        raise ValueError("scalars have no batch dimension")
-    return value.shape[0]
-
-
 def _as_numpy_index(idx: Index) -> np.ndarray | slice:
     if isinstance(idx, slice):
         return idx

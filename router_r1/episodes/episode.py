@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from router_r1.pool.client import PoolResult
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import budget_exhausted_message
-from router_r1.protocol import (
+from router_r1.actions import (
     Action, clean_text, format_observation, invalid_observation, parse_action, truncate_at_first_action,
 )
 

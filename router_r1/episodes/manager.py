@@ -36,14 +36,14 @@ from router_r1.pool.client import PoolClient, RouteRequest
 from router_r1.pool.health import PoolHealth
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import build_router_prompt
-from router_r1.protocol import STOP_STRINGS
+from router_r1.actions import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.format import FORMAT_RULES
 from router_r1.reward.score import RewardConfig, compute_scores
 from router_r1.row_check import check_router_row
-from router_r1.rollout.episode import Episode, TurnRules
+from router_r1.episodes.episode import Episode, TurnRules
 from router_r1.routing_collapse import collapse_metrics
-from verl.trainer.env import GenerateFn, RolloutResult
+from verl.trainer.env_interface import GenerateFn, RolloutResult
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
 
 SCHEDULES = ("continuous", "sync", "overlap")

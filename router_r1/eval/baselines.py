@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from router_r1.pool.client import PoolClient, PoolResult, RouteRequest
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import build_router_prompt
-from router_r1.protocol import format_observation, neutralize_tags, parse_action, render_route
+from router_r1.actions import format_observation, neutralize_tags, parse_action, render_route
 
 POLICY_KINDS = ("direct", "prompt-llm")
 DIRECT_MAX_TURNS = 0  # the rollout executes no route: the first turn must answer

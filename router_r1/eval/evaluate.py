@@ -61,7 +61,7 @@ from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.server import ServerThread, SimBackend
 from router_r1.pool.sim_backend import SimProfileError
 from router_r1.prompts import TemplateError, build_router_prompt, load_template
-from router_r1.protocol import STOP_STRINGS
+from router_r1.actions import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.qa_em import extract_answer
 from router_r1.reward.score import RewardConfig, compute_scores
@@ -373,7 +373,7 @@ class EvalConfig:
     top_p: float = 1.0
     seed: int = 0
     batch_size: int = 64
-    # The shape (router_r1.env.SHAPE_KEYS); None: the checkpoint's training run's (with_training_shape)
+    # The shape (router_r1.router_env.SHAPE_KEYS); None: the checkpoint's training run's (with_training_shape)
     max_turns: int | None = None
     max_obs_length: int | None = None
     response_length: int | None = None
@@ -403,7 +403,7 @@ class EvalConfig:
 
     def router_config(self, max_turns: int | None = None):
         """The rollout settings; an explicit max_turns (a baseline's) ignores --budget."""
-        from router_r1.rollout.manager import RouterConfig
+        from router_r1.episodes.manager import RouterConfig
 
         budgeted = max_turns is None and self.budget is not None
         return RouterConfig(max_turns=self.max_turns if max_turns is None else max_turns,
@@ -443,7 +443,7 @@ def fit_context(prompts: list[list[int]], wheres: list[str], policy: Policy, rcf
 def router_episodes(prompts: list[list[int]], policy: Policy, pool: Pool, rcfg, sampling,
                     batch_size: int) -> list[dict]:
     """The training rollout (validation mode) over all prompts, batch by batch."""
-    from router_r1.rollout.manager import RouterEnv
+    from router_r1.episodes.manager import RouterEnv
     from verl.trainer.dataset import PromptRow
 
     env = RouterEnv(rcfg, policy.tokenizer, pool.registry, pool.client, RewardConfig())
@@ -581,7 +581,7 @@ def run_one(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy | None, cf
 def with_training_shape(cfg: EvalConfig, log=print) -> EvalConfig:
     """cfg with each shape key that no flag set taken from the checkpoints' training runs (run_config.yaml),
     else from the paper run's config; sampled runs default to the sync schedule (reproducible)."""
-    from router_r1.env import SHAPE_KEYS, paper_env_config, trained_env_config
+    from router_r1.router_env import SHAPE_KEYS, paper_env_config, trained_env_config
 
     try:
         trained = {c: e for c in cfg.checkpoints if (e := trained_env_config(c)) is not None}

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.protocol import TAGS, parse_action
+from router_r1.actions import TAGS, parse_action
 
 FORMAT_RULE_SETS = ("reference", "strict")
 FORMAT_RULES = ("tags", "start", "answer", "end", "think", "information", "route")  # the reason's prefix

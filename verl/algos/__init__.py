@@ -12,10 +12,7 @@ from verl.algos.losses import (
 )
 from verl.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
 
-ADV_ESTIMATORS = {"gae": compute_gae, "grpo": compute_grpo_advantages}
-
 __all__ = [
-    "ADV_ESTIMATORS",
     "AdaptiveKLController",
     "FixedKLController",
     "agg_loss",

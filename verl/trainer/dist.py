@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 
 from verl.trainer.balance import assign_balanced, assign_uniform
-from verl.trainer.env import RolloutResult
+from verl.trainer.env_interface import RolloutResult
 
 
 @dataclass

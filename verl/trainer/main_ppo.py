@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config import CONFIG_DIR, check_env_config, register_configs, save_run_config
 from verl.trainer.dataset import PromptDataset
 from verl.trainer.dist import Dist
-from verl.trainer.env import load_env
+from verl.trainer.env_interface import load_env
 from verl.trainer.ppo_trainer import PPOTrainer
 from verl.trainer.tracking import Tracker
 from verl.utils.tokenizer import load_tokenizer

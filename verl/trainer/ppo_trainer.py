@@ -31,7 +31,7 @@ from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
 from verl.trainer.config import save_run_config
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
-from verl.trainer.env import Env, RolloutResult
+from verl.trainer.env_interface import Env, RolloutResult
 from verl.trainer.tracking import Tracker, plot_curves, timer, trim_jsonl
 from verl.workers.fsdp import CheckpointError
 from verl.workers.rollout.base import AsyncRolloutBackend, GenOutput, SamplingParams
@@ -146,7 +146,7 @@ class PPOTrainer:
         self.train_set = train_set
         self.val_set = val_set
         self.tracker = tracker
-        self.dist = dist  # verl.trainer.launch.Dist: this process's rank in an SPMD launch
+        self.dist = dist  # verl.trainer.dist.Dist: this process's rank in an SPMD launch
         self.out_dir = Path(cfg.trainer.output_dir)
         alg = cfg.algorithm
         if alg.kl_ctrl.type == "adaptive":

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from verl.algos.masked import masked_mean
 from verl.trainer.dataset import to_python
 
 
@@ -190,10 +191,6 @@ def token_nll(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     nll = F.cross_entropy(logits.reshape(-1, vocab).float(), target.reshape(-1), reduction="none")
     nll = nll.view(batch, seq)[:, :-1]  # (batch, seq-1): nll of ids[:, 1:]
     return F.pad(nll, (1, 0))  # (batch, seq)
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def masked_lm_loss(logits: torch.Tensor, ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:

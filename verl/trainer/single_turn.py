@@ -13,7 +13,7 @@ import numpy as np
 from omegaconf import II
 
 from verl.trainer.config import section_to_dataclass
-from verl.trainer.env import GenerateFn, RolloutResult
+from verl.trainer.env_interface import GenerateFn, RolloutResult
 from verl.workers.rollout.base import SamplingParams
 
 

@@ -50,9 +50,9 @@ fi
 
 if want 5; then
   stage "5/7 evaluation on the held-out test questions (greedy), and on val (the advice split)"
-  $PY -m gramma.evaluate --data "$OUT/data/test.parquet" --graph "$OUT/data/graph" \
+  $PY -m gramma.graph_eval --data "$OUT/data/test.parquet" --graph "$OUT/data/graph" \
     --checkpoint "$OUT/sft" --checkpoint "$OUT/ppo/hf" --out "$OUT/eval"
-  $PY -m gramma.evaluate --data "$OUT/data/val.parquet" --graph "$OUT/data/graph" \
+  $PY -m gramma.graph_eval --data "$OUT/data/val.parquet" --graph "$OUT/data/graph" \
     --checkpoint "$OUT/sft" --checkpoint "$OUT/ppo/hf" --out "$OUT/eval_val"
 fi
 
@@ -71,7 +71,7 @@ if want 7; then
       $PY -m gramma.experience --bank "$OUT/advice_$m.json" --data "$OUT/data/test.parquet" \
         --out "$OUT/data/test_advice_${m}_$mode.parquet" $flag
       ckpt="ckpt_$m"
-      $PY -m gramma.evaluate --data "$OUT/data/test_advice_${m}_$mode.parquet" --graph "$OUT/data/graph" \
+      $PY -m gramma.graph_eval --data "$OUT/data/test_advice_${m}_$mode.parquet" --graph "$OUT/data/graph" \
         --checkpoint "${!ckpt}" --out "$OUT/eval_advice_${m}_$mode"
       $PY -m gramma.compare "$OUT/eval/trajectories_$m.jsonl" "$OUT/eval_advice_${m}_$mode/trajectories_$m.jsonl" \
         --out "$OUT/eval_advice_${m}_$mode/compare.json"
@@ -91,7 +91,7 @@ if want 8 && [ "$ADVICE_RL" = 1 ]; then
     "trainer.output_dir=$OUT/ppo_advice" trainer.experiment_name=gramma_advice algorithm.adv_estimator=grpo rollout.n=4 \
     data.train_batch_size=8 actor.ppo_mini_batch_size=32 actor.ppo_micro_batch_size=16 algorithm.use_kl_in_reward=false \
     critic.enable=false "actor.lr=$GRPO_LR" "trainer.total_steps=$GRPO_STEPS" trainer.test_freq=20 "$@"
-  $PY -m gramma.evaluate --data "$OUT/data/test_advice_sft_per_kind.parquet" --graph "$OUT/data/graph" \
+  $PY -m gramma.graph_eval --data "$OUT/data/test_advice_sft_per_kind.parquet" --graph "$OUT/data/graph" \
     --checkpoint "$OUT/ppo_advice/hf" --out "$OUT/eval_advice_rl"
   $PY -m gramma.compare "$OUT/eval/trajectories_hf.jsonl" "$OUT/eval_advice_rl/trajectories_hf.jsonl" \
     --out "$OUT/eval_advice_rl/compare.json"
