@@ -145,3 +145,17 @@ def test_greedy_episodes_are_identical_under_every_schedule_and_engine(tok):
     slot_engine = runs["continuous/slots"][1].engine
     assert slot_engine.stats.reused_tokens > 0  # later turns continued in their slots
     assert not any(slot_engine.held)  # every episode released its slot at its end
+
+
+def test_a_later_turn_keeps_its_slot_before_a_waiting_episode_takes_one(tok):
+    model = tiny_model(len(tok), seed=8)
+    prompts = prompts_of(tok)[1:4]
+    sp = SamplingParams(greedy=True, max_new_tokens=6)
+    roll = slots(model, tok, n_slots=2)
+    first = gather(roll, prompts, sp)  # three episodes through two slots: the last two stay parked
+    held = sorted(len(h) for h in roll.engine.held)
+    turn2 = [p + o.token_ids for p, o in zip(prompts, first)]
+    reused, evictions = roll.engine.stats.reused_tokens, roll.engine.stats.evictions
+    gather(roll, turn2, sp)  # episode 0 asks first but has no slot: the two that have theirs go first
+    assert roll.engine.stats.reused_tokens - reused >= sum(held) - 2  # both parked contexts continued
+    assert roll.engine.stats.evictions - evictions == 1  # only episode 0's turn took over a slot

@@ -134,24 +134,32 @@ class SlotEngine:
 
     # ---- scheduling ---------------------------------------------------------------------------
 
+    def _own_slot(self, prompt: list[int]) -> int:
+        """A parked slot whose every cached token is a prefix of `prompt` (the episode's own), or -1."""
+        best = -1
+        for s, held in enumerate(self.held):
+            n = len(held)
+            # cheap tests first; the list comparison runs at C speed
+            if self.busy[s] is None and 0 < n <= len(prompt) and held[-1] == prompt[n - 1] \
+                    and held[0] == prompt[0] and prompt[:n] == held and (best < 0 or n > len(self.held[best])):
+                best = s
+        return best
+
     def _pick_slot(self, prompt: list[int]) -> tuple[int, int]:
         """(slot, tokens of the prompt it already holds), or (-1, 0) when every slot has a request."""
         free = [s for s in range(self.runner.n_slots) if self.busy[s] is None]
         if not free:
             return -1, 0
-        # the episode's own slot: everything it holds is a prefix of this prompt
-        own = [s for s in free if self.held[s] and len(self.held[s]) <= len(prompt)
-               and _common_prefix(self.held[s], prompt) == len(self.held[s])]
-        if own:
-            s = max(own, key=lambda s: len(self.held[s]))
-        else:
-            empty = [s for s in free if not self.held[s]]
-            if empty:
-                s = empty[0]
-            else:  # take over the parked slot used longest ago
-                s = min(free, key=lambda s: self.last_used[s])
-                self.stats.evictions += 1
         # at least one token is prefilled: its logits give the first sampled token
+        s = self._own_slot(prompt)
+        if s >= 0:
+            return s, min(len(self.held[s]), len(prompt) - 1)
+        empty = [s for s in free if not self.held[s]]
+        if empty:
+            s = empty[0]
+        else:  # take over the parked slot used longest ago (what it shares with the prompt is kept)
+            s = min(free, key=lambda s: self.last_used[s])
+            self.stats.evictions += 1
         return s, min(_common_prefix(self.held[s], prompt), len(prompt) - 1)
 
     def _admit(self) -> list[_Request]:
@@ -159,7 +167,10 @@ class SlotEngine:
         running = [r for r in self.busy if r is not None]
         key = _sampling_key(running[0].sampling) if running else None
         admitted, still = [], []
-        for req in self._waiting:
+        # a later turn whose slot still holds its context goes first: a first turn taking that slot
+        # would throw the context away and make both prefill in full
+        waiting = sorted(self._waiting, key=lambda r: self._own_slot(r.prompt) < 0)
+        for req in waiting:
             if req.future.done():  # cancelled while waiting
                 continue
             if key is None:

@@ -203,7 +203,8 @@ class SlotRollout(StaticRollout):
             for k, v in saved.items():  # the warm-up advanced the state: undo it
                 st[k].copy_(v)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._slot_graphs.get("pool")):
+            # thread_local: an off-policy rollout captures in its own thread while the update runs in another
+            with torch.cuda.graph(graph, pool=self._slot_graphs.get("pool"), capture_error_mode="thread_local"):
                 self._slot_decode_step(span, sampling)
             self._slot_graphs.setdefault("pool", graph.pool())
             self._slot_graphs[key] = graph

@@ -430,7 +430,8 @@ class StaticRollout(HFRollout):
             for k, v in saved.items():  # the warm-up advanced the state: undo it
                 st[k].copy_(v)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._graphs.get("pool")):
+            # thread_local: an off-policy rollout captures in its own thread while the update runs in another
+            with torch.cuda.graph(graph, pool=self._graphs.get("pool"), capture_error_mode="thread_local"):
                 self._decode_step(rows, span, sampling)
             self._graphs.setdefault("pool", graph.pool())
             self._graphs[key] = graph
