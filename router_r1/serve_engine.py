@@ -38,9 +38,9 @@ class RunSettings:
 
 
 def load_run_settings(checkpoint: Path, overrides: dict | None = None) -> RunSettings:
-    """Turn settings and alphas of the run a checkpoint was trained with (router_r1.env.trained_env_config);
+    """Turn settings and alphas of the run a checkpoint was trained with (router_r1.router_env.trained_env_config);
     a checkpoint without a run config gets the paper run's shape. `overrides` (flags, not None) win."""
-    from router_r1.env import paper_env_config, trained_env_config
+    from router_r1.router_env import paper_env_config, trained_env_config
     from verl.trainer.config import find_run_config
 
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}

@@ -75,6 +75,6 @@ def build_trained_router(out: Path, steps: int = 60, seed: int = 0, batch: int =
     tok.save_pretrained(out)
     model.save_pretrained(out)
     (out / "prompt_template.txt").write_text(TEMPLATE)
-    env = {"factory": "router_r1.env:make_env", "alphas": list(ALPHAS), "pool": str(SIM), **TURNS}
+    env = {"factory": "router_r1.router_env:make_env", "alphas": list(ALPHAS), "pool": str(SIM), **TURNS}
     (out / "run_config.yaml").write_text(yaml.safe_dump({"env": env}))  # the env section of a run's resolved config
     return out

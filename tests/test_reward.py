@@ -395,8 +395,8 @@ def test_extract_answer_agrees_with_the_regex_and_is_linear():
 
 
 def test_env_keys_reach_the_reward(registry):
-    """env.format_rules and env.reward_metric (router_r1/env.py) are what the environment scores with."""
-    from router_r1.env import make_env
+    """env.format_rules and env.reward_metric (router_r1/router_env.py) are what the environment scores with."""
+    from router_r1.router_env import make_env
     from tiny import tiny_tokenizer
 
     base = {"pool": str(POOL), "response_length": 64, "max_response_length": 256}

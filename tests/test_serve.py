@@ -167,10 +167,10 @@ def test_settings_come_from_the_saved_run_config(ckpt, tmp_path):
     assert "run_config.yaml" in s.source and "flags" in s.source
     bare = load_run_settings(tmp_path)  # no run config: the paper run's shape, said so
     assert "no run_config.yaml" in bare.source and bare.alphas == () and bare.turns["max_turns"] == 4
-    (tmp_path / "run_config.yaml").write_text("env:\n  factory: router_r1.env:make_env\n  max_turnz: 2\n")
+    (tmp_path / "run_config.yaml").write_text("env:\n  factory: router_r1.router_env:make_env\n  max_turnz: 2\n")
     with pytest.raises(ServeError, match="max_turnz"):
         load_run_settings(tmp_path)
-    (tmp_path / "run_config.yaml").write_text("env:\n  factory: router_r1.env:make_env\n  max_turns: -1\n"
+    (tmp_path / "run_config.yaml").write_text("env:\n  factory: router_r1.router_env:make_env\n  max_turns: -1\n"
                                               "  response_length: 8\n  max_response_length: 64\n")
     with pytest.raises(ServeError, match=r"run_config.yaml.*max_turns"):
         load_run_settings(tmp_path)

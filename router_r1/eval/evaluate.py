@@ -522,7 +522,7 @@ def _labels(checkpoints: list[str]) -> dict[str, str]:
 def conditioned_alpha(checkpoint: str | None, cfg: EvalConfig) -> float | None:
     """The alpha an alpha-conditioned checkpoint (env.alphas in its run_config.yaml) is told in each prompt:
     --alpha, else its run's first alpha; None for any other checkpoint (its rows' prompts are used as given)."""
-    from router_r1.env import trained_env_config
+    from router_r1.router_env import trained_env_config
 
     env = trained_env_config(checkpoint) if checkpoint else None
     if env is None or not env.alphas:
