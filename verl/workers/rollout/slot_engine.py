@@ -16,6 +16,7 @@ The runner's interface (all indices are slot numbers):
     n_slots, max_len                        capacity
     start(slot, ids, reuse, sampling, u)    prefill ids[reuse:] after the `reuse` tokens the slot
                                             holds, sample the first token with uniform u[0]
+    start_many([(slot, ids, reuse, u)], s)  optional: the same for everyone joining at a boundary
     steps(n, sampling)                      n decode steps for every started slot
     read(slots, starts) -> [(tokens, lps)]  each slot's sampled tokens from index `starts[i]` on
     stop(slot)                              the slot stops decoding (keeps its cache)
@@ -201,8 +202,12 @@ class SlotEngine:
 
     def _work(self, admitted: list[_Request], running: list[_Request], n: int):
         """Worker thread: prefill the new requests, run n decode steps, read the tokens back."""
-        for req in admitted:
-            self.runner.start(req.slot, req.prompt, req.reuse, req.sampling, self._uniforms(req))
+        start_many = getattr(self.runner, "start_many", None)
+        if start_many is not None and admitted:  # one batched prefill for everyone joining now
+            start_many([(r.slot, r.prompt, r.reuse, self._uniforms(r)) for r in admitted], admitted[0].sampling)
+        else:
+            for req in admitted:
+                self.runner.start(req.slot, req.prompt, req.reuse, req.sampling, self._uniforms(req))
         if n:
             self.runner.steps(n, running[0].sampling)
         return self.runner.read([r.slot for r in running], [len(r.tokens) for r in running])

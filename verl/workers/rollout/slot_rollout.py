@@ -6,7 +6,8 @@ its own length, so requests join and leave between steps (`slot_engine.SlotEngin
 schedules them) and a later turn of an episode finds its earlier context still cached:
 
 - start: prefill only the tokens after what the slot holds (queries at their true
-  positions attend to the cached columns and causally to each other), sample token 0;
+  positions attend to the cached columns and causally to each other), sample token 0; the
+  requests that join at one boundary are prefilled together, right-padded, in one forward;
 - decode step: every slot feeds its token at its own column `pos` (rotary position =
   column: a slot has no padding), attends over [0, pos], samples with its own uniform;
   slots without a request write to a scratch column (max_len) and do not advance. The step
@@ -98,34 +99,60 @@ class SlotRollout(StaticRollout):
 
     # ---- SlotRunner -------------------------------------------------------------------------
 
-    @torch.inference_mode()
     def start(self, slot: int, ids: list[int], reuse: int, sampling: SamplingParams, u: torch.Tensor) -> None:
         """Prefill ids[reuse:] into the slot after its `reuse` cached tokens; sample the first token."""
-        st, dev = self._slot_buffers(), self.device
-        total = len(ids)
-        x = torch.tensor(ids[reuse:], device=dev)[None]                   # (1, n)
-        pos = st["arange"][reuse:total][None]                            # (1, n)
-        back = pos[0, :, None] - st["arange"][None, :total]              # (n, total): query pos - key pos
-        causal = back >= 0
-        window = causal & (back < self.window) if self.window is not None else causal
+        self.start_many([(slot, ids, reuse, u)], sampling)
 
-        def attend(i, q, k, v):
-            kc, vc = st["k"][i], st["v"][i]
-            kc[slot, :, reuse:total] = k[0]
-            vc[slot, :, reuse:total] = v[0]
-            mask = window if self.layer_types[i] == "sliding_attention" else causal
-            return F.scaled_dot_product_attention(q, kc[slot:slot + 1, :, :total], vc[slot:slot + 1, :, :total],
-                                                  attn_mask=mask, scale=self.scaling, enable_gqa=True)
+    @torch.inference_mode()
+    def start_many(self, reqs: list[tuple[int, list[int], int, torch.Tensor]], sampling: SamplingParams) -> None:
+        """`start` for several (slot, ids, reuse, uniforms) at once: one forward per group of rows whose
+        (rows x longest context) fits `prefill_tokens`, rows right-padded to the longest new part."""
+        order = sorted(reqs, key=lambda r: -len(r[1]))
+        while order:
+            width = len(order[0][1])
+            take = max(1, self.prefill_tokens // max(width, 1))
+            self._prefill_rows(order[:take], sampling)
+            order = order[take:]
 
-        h = self._layers(self.model.model.embed_tokens(x), pos, attend)  # (1, n, hidden)
-        st["u"][slot, :len(u)] = u.to(dev)
-        tok, lp = sample_and_logprob(self._logits(h[:, -1]), st["u"][slot:slot + 1, 0], sampling, self._sums)
-        st["out"][slot, 0] = tok[0]
+    def _prefill_rows(self, reqs, sampling: SamplingParams) -> None:
+        st, dev, L = self._slot_buffers(), self.device, self.max_len
+        rows = len(reqs)
+        news = [ids[reuse:] for _, ids, reuse, _ in reqs]
+        N, T = max(map(len, news)), max(len(ids) for _, ids, _, _ in reqs)
+        x = torch.full((rows, N), self.pad_id, dtype=torch.long)          # (rows, N), right-padded
+        for r, new in enumerate(news):
+            x[r, :len(new)] = torch.tensor(new)
+        x = x.to(dev)
+        slot = torch.tensor([r[0] for r in reqs], device=dev)               # (rows,)
+        reuse = torch.tensor([r[2] for r in reqs], device=dev)              # (rows,)
+        n = torch.tensor([len(new) for new in news], device=dev)            # (rows,)
+        i = st["arange"][:N]
+        pos = reuse[:, None] + i[None, :]                                   # (rows, N): true positions
+        write = torch.where(i[None, :] < n[:, None], pos, L)                # padding writes to the scratch column
+        back = pos[:, :, None] - st["arange"][None, None, :T]               # (rows, N, T): query pos - key pos
+        causal = (back >= 0)[:, None]                                       # (rows, 1, N, T)
+        window = causal & (back < self.window)[:, None] if self.window is not None else causal
+
+        def attend(li, q, k, v):  # q (rows, heads, N, D); k, v (rows, kv, N, D)
+            kc, vc = st["k"][li], st["v"][li]
+            kc[slot[:, None], :, write] = k.transpose(1, 2)                 # (rows, N, kv, D) into each slot
+            vc[slot[:, None], :, write] = v.transpose(1, 2)
+            mask = window if self.layer_types[li] == "sliding_attention" else causal
+            return F.scaled_dot_product_attention(q, kc[slot, :, :T], vc[slot, :, :T], attn_mask=mask,
+                                                  scale=self.scaling, enable_gqa=True)
+
+        h = self._layers(self.model.model.embed_tokens(x), pos, attend)    # (rows, N, hidden)
+        for s, _, _, u in reqs:
+            st["u"][s, :len(u)] = u.to(dev)
+        last = h[torch.arange(rows, device=dev), n - 1]                     # (rows, hidden)
+        tok, lp = sample_and_logprob(self._logits(last), st["u"][slot, 0], sampling, self._sums)
+        st["out"][slot, 0] = tok
         if lp is not None:
-            st["out_lp"][slot, 0] = lp[0, 0]
-        st["tok"][slot], st["pos"][slot], st["nstep"][slot] = tok[0], total, 1
+            st["out_lp"][slot, 0] = lp[:, 0]
+        st["tok"][slot], st["pos"][slot], st["nstep"][slot] = tok, reuse + n, 1
         st["active"][slot] = True
-        self._host_pos[slot], self._host_active[slot] = total, True
+        for s, ids, _, _ in reqs:
+            self._host_pos[s], self._host_active[s] = len(ids), True
 
     @torch.inference_mode()
     def stop(self, slot: int) -> None:
