@@ -8,6 +8,7 @@ from typing import Optional
 from omegaconf import II
 
 from router_r1.pool.client import PoolClient
+from router_r1.pool.health import PoolHealth
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import load_template
 from router_r1.reward.score import RewardConfig
@@ -39,6 +40,8 @@ class RouterEnvConfig:
     call_timeout_s: float = 30.0  # seconds per pool call attempt
     call_deadline_s: float = 120.0  # seconds per pool call, retries included; then the call is a failed observation
     max_retries: int = 4  # retries of a retryable pool error (bounded exponential backoff with jitter)
+    max_pool_failure_rate: float = PoolHealth.max_failure_rate  # a training batch whose pool calls fail more often is unhealthy (pool/failure_rate is logged every step)
+    pool_failure_patience: int = PoolHealth.patience  # unhealthy training batches in a row before training stops with PoolFailureError (validation only reports)
     # AdaTurn (budget-aware turns); off while budgets is empty
     budgets: list[int] = field(default_factory=list)  # T_max is drawn per prompt from this set, stated in the prompt, and is the episode's routing limit (max_turns is then unused); a pure function of (budget_seed, uid, trainer.seed + step): a resumed run and a GRPO group draw the same
     budget_seed: int = RouterConfig.budget_seed  # seed of that draw
@@ -77,7 +80,11 @@ def make_env(env_cfg, tokenizer) -> RouterEnv:
         registry = registry.seen()
     client = PoolClient(registry, max_concurrency_per_endpoint=cfg.max_concurrency, timeout_s=cfg.call_timeout_s,
                         max_retries=cfg.max_retries, deadline_s=cfg.call_deadline_s, cache_dir=cfg.cache_dir)
-    return RouterEnv(cfg.router_config(), tokenizer, registry, client, cfg.reward_config())
+    health = PoolHealth(cfg.max_pool_failure_rate, cfg.pool_failure_patience,
+                        hint=f"Pool settings in force: env.call_timeout_s={cfg.call_timeout_s:g}, env.call_deadline_s="
+                             f"{cfg.call_deadline_s:g}, env.max_concurrency={cfg.max_concurrency}, pool {cfg.pool}"
+                             + (f" at {cfg.pool_url}" if cfg.pool_url else "") + "; check the pool server's log.")
+    return RouterEnv(cfg.router_config(), tokenizer, registry, client, cfg.reward_config(), health=health)
 
 
 make_env.config_class = RouterEnvConfig

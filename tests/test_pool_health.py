@@ -87,3 +87,13 @@ def test_call_stats_counts_calls_not_episodes():
     assert s["failure_rate"] == pytest.approx(1 / 3) and s["latency_p50_s"] == 2.0  # the cache hit left out
     with pytest.raises(ValueError, match="max_failure_rate"):
         PoolHealth(max_failure_rate=1.5)
+
+
+def test_the_gate_settings_come_from_the_env_section():
+    from router_r1.router_env import make_env
+
+    env = make_env({"pool": str(SIM), "response_length": 8, "max_response_length": 64, "call_timeout_s": 7,
+                    "max_pool_failure_rate": 0.5, "pool_failure_patience": 4}, tokenizer=tiny_tokenizer())
+    assert (env.health.max_failure_rate, env.health.patience) == (0.5, 4)
+    assert "env.call_timeout_s=7" in env.health.hint
+    env.client.close()
