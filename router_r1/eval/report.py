@@ -175,8 +175,40 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
-def plot_pareto(runs: list[dict], path: str | Path) -> None:
-    """EM against mean raw cost (1e-6 USD), one panel per data source and one overall, one point per run."""
+def png_path(out: str | Path) -> Path:
+    """Where a plot asked for as `out` is written: a directory gets pareto.png, a name without suffix .png
+    (what matplotlib's savefig would do silently)."""
+    out = Path(out)
+    if out.is_dir():
+        return out / "pareto.png"
+    return out if out.suffix else out.with_suffix(".png")
+
+
+def _readable_cost_axis(ax, costs: list[float]) -> None:
+    """symlog puts a free method (cost 0) next to paid ones, but labels only decades: when the paid costs
+    span less than a decade, no label would show, so place about five plain ones instead."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    paid = [c for c in costs if c > 0]
+    if paid and max(paid) < 10 * min(paid):
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+
+
+def plot_pareto(runs: list[dict], path: str | Path) -> Path:
+    """EM against mean raw cost (1e-6 USD), one panel per data source and one overall, one point per run;
+    returns the PNG's path (png_path)."""
+    fig = pareto_figure(runs)
+    path = png_path(path)
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def pareto_figure(runs: list[dict]):
+    """The figure plot_pareto writes."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a training node
@@ -202,6 +234,7 @@ def plot_pareto(runs: list[dict], path: str | Path) -> None:
             ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="grey", lw=1, ls="--")
         # symlog: a free method (cost 0) sits on the axis next to paid ones
         ax.set_xscale("symlog", linthresh=1.0)
+        _readable_cost_axis(ax, [p[0] for p in pts])
         ax.set_title(panel, fontsize=10)
         ax.set_xlabel("mean cost per question (1e-6 USD)")
         ax.set_ylabel("EM")
@@ -212,8 +245,7 @@ def plot_pareto(runs: list[dict], path: str | Path) -> None:
     handles, labels = axes.flat[len(panels) - 1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(labels) / 4), 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     print(format_table(runs))
-    plot_pareto(runs, a.out)
-    print(f"wrote {a.out}")
+    print(f"wrote {plot_pareto(runs, a.out)}")
     return 0
 
 

@@ -8,6 +8,7 @@ Launch modes (trainer.backend):
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -17,7 +18,7 @@ from verl.trainer.dataset import PromptDataset
 from verl.trainer.dist import Dist
 from verl.trainer.env_interface import load_env
 from verl.trainer.ppo_trainer import PPOTrainer
-from verl.trainer.tracking import Tracker
+from verl.trainer.tracking import Tracker, read_jsonl, summary_table
 from verl.utils.tokenizer import load_tokenizer
 from verl.workers.config import WorkerConfig
 from verl.workers.model_loader import spec_for_tokenizer
@@ -179,11 +180,10 @@ def run(cfg: DictConfig) -> dict:
 
 
 def summary(metrics: dict, cfg: DictConfig) -> str:
-    keys = [k for k in ("reward/mean", "val/reward/mean", "em/mean", "val/em/mean", "cost_usd/mean",
-                        "route_count/mean", "actor/pg_loss", "critic/vf_loss", "timing/step") if k in metrics]
-    lines = [f"finished {cfg.trainer.total_steps} steps -> {cfg.trainer.output_dir}"]
-    lines += [f"  {k:<20} {metrics[k]:.4g}" for k in keys]
-    return "\n".join(lines)
+    """The end-of-run table: the console fields over the whole run (metrics.jsonl), else the last step's."""
+    out = Path(cfg.trainer.output_dir)
+    rows = read_jsonl(out / "metrics.jsonl") if (out / "metrics.jsonl").exists() else [{"step": 0, **metrics}]
+    return f"finished {cfg.trainer.total_steps} steps -> {out} (every metric: metrics.jsonl)\n" + summary_table(rows)
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="ppo_trainer", version_base=None)

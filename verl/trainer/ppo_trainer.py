@@ -537,7 +537,7 @@ class PPOTrainer:
 
     def _log(self, metrics: dict, step: int):
         if self.tracker is not None and self.is_main:
-            self.tracker.log(metrics, step)
+            self.tracker.log(metrics, step, self.cfg.trainer.total_steps)
 
     def fit(self) -> dict[str, float]:
         """Train for trainer.total_steps updates; returns the last step's metrics."""

@@ -17,8 +17,44 @@ def _plain(v: Any) -> Any:
     return v
 
 
+# The console's compact line: (label, metric keys tried in order, format). The full set goes to JSONL/wandb.
+CONSOLE_FIELDS = (
+    ("reward", ("reward/mean",), ".3f"), ("em", ("em/mean",), ".3f"), ("format", ("format_ok/mean",), ".2f"),
+    ("cost", ("cost_usd/mean",), ".2e"), ("calls", ("route_count/mean",), ".2f"),
+    ("kl", ("actor/reward_kl", "actor/kl_loss"), ".2e"), ("tok/s", ("timing/tokens_per_s",), ".0f"),
+    ("step_s", ("timing/step",), ".1f"),
+    ("val_reward", ("val/reward/mean",), ".3f"), ("val_em", ("val/em/mean",), ".3f"),
+)
+
+
+def console_line(metrics: dict[str, Any], step: int, total: int | None = None) -> str:
+    """One line per step: reward, EM, format, cost, calls, KL, tokens/s, step time (and validation when
+    there is one); a metric the run does not produce is left out."""
+    parts = [f"step {step}" + (f"/{total}" if total else "")]
+    for label, keys, fmt in CONSOLE_FIELDS:
+        key = next((k for k in keys if isinstance(metrics.get(k), (int, float))), None)
+        if key is not None:
+            parts.append(f"{label} {metrics[key]:{fmt}}")
+    return " | ".join(parts[:1] + [" ".join(parts[1:])]) if len(parts) > 1 else parts[0]
+
+
+def summary_table(rows: list[dict[str, Any]]) -> str:
+    """The console fields over a run's metrics.jsonl rows: first and last value (with their steps), min, max."""
+    lines = [f"{'metric':<11} {'first':>10} {'(step)':>7} {'last':>10} {'(step)':>7} {'min':>10} {'max':>10}"]
+    for label, keys, fmt in CONSOLE_FIELDS:
+        key = next((k for k in keys if any(isinstance(r.get(k), (int, float)) for r in rows)), None)
+        if key is None:
+            continue
+        seen = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        vals = [v for _, v in seen]
+        lines.append(f"{label:<11} {seen[0][1]:>10{fmt}} {seen[0][0]:>7} {seen[-1][1]:>10{fmt}} {seen[-1][0]:>7} "
+                     f"{min(vals):>10{fmt}} {max(vals):>10{fmt}}")
+    return "\n".join(lines)
+
+
 class Tracker:
-    """Fan metrics out to the configured sinks ("console", "jsonl", "wandb")."""
+    """Fan metrics out to the configured sinks ("console": one compact line, "jsonl": every metric,
+    "wandb")."""
 
     def __init__(self, sinks: list[str], out_dir: str | os.PathLike, project: str = "router-r1",
                  run_name: str = "run", config: dict | None = None, resume: bool = False):
@@ -34,12 +70,12 @@ class Tracker:
 
             self._wandb = wandb.init(project=project, name=run_name, config=config, resume="allow")
 
-    def log(self, metrics: dict[str, Any], step: int) -> None:
+    def log(self, metrics: dict[str, Any], step: int, total: int | None = None) -> None:
         metrics = {k: _plain(v) for k, v in metrics.items()}
         if "console" in self.sinks:
-            keys = sorted(k for k in metrics if isinstance(metrics[k], (int, float)))
-            shown = " ".join(f"{k}={metrics[k]:.4g}" for k in keys if not k.startswith("timing/"))
-            print(f"[step {step}] {shown}", flush=True)
+            from tqdm import tqdm
+
+            tqdm.write(console_line(metrics, step, total))  # above a progress bar, not through it
         if "jsonl" in self.sinks:
             with open(self.jsonl_path, "a") as f:
                 f.write(json.dumps({"step": step, **metrics}, default=str) + "\n")
