@@ -138,8 +138,8 @@ def trained_uids(monkeypatch):
     seen = []
     original = PPOTrainer.train_episodes
 
-    def spy(self, rows, metrics):
-        batch, env_metrics = original(self, rows, metrics)
+    def spy(self, rows, metrics, *args, **kwargs):
+        batch, env_metrics = original(self, rows, metrics, *args, **kwargs)
         seen.append(list(batch.non_tensor["uid"]))
         return batch, env_metrics
 

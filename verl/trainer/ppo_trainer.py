@@ -319,10 +319,13 @@ class PPOTrainer:
         return keep
 
     # ------------------------------------------------------------------ one update
-    def collect(self, rows, step: int | None = None, sync: bool = True) -> Collected:
-        """The rollout half of a step: training episodes for `rows`, padded, with their timing."""
+    def collect(self, rows, step: int | None = None, sync: bool = True, version: int | None = None) -> Collected:
+        """The rollout half of a step: training episodes for `rows`, padded, with their timing. `version`:
+        the updates the rollout weights have seen (default: now); a rollout played ahead gets it from
+        the thread that synced them, since this one may start after that thread's update ended."""
         metrics: dict[str, float] = {}
-        version, gen_batches = self.global_step, self.gen_batches - 1  # next_rows() already drew `rows`
+        version = self.global_step if version is None else version
+        gen_batches = self.gen_batches - 1  # next_rows() already drew `rows`; extra DAPO draws come after
         decode_before = self.decode_s
         with timer("gen", metrics):
             batch, env_metrics = self.train_episodes(rows, metrics, step, sync)  # DAPO may drop and refill groups
@@ -334,7 +337,7 @@ class PPOTrainer:
     def play_ahead(self) -> None:
         """Off-policy: start the next step's rollout in the background with the current weights."""
         self.actor.sync_rollout()  # here, in this thread: the update that follows must not race the copy
-        self._ahead = self._pool.submit(self.collect, self.next_rows(), self.global_step + 1, False)
+        self._ahead = self._pool.submit(self.collect, self.next_rows(), self.global_step + 1, False, self.global_step)
 
     def join_ahead(self) -> Collected | None:
         """Wait for the rollout played ahead, if any, and keep it for the next step (validation and
