@@ -70,6 +70,16 @@ class Collected:
     gen_batches: int            # the data order's batch counter before this rollout drew its rows
 
 
+def logprob_mismatch(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor
+                     ) -> dict[str, float]:
+    """Mean and max |actor's recomputed log-prob - sampling engine's own| over policy tokens."""
+    m = mask.bool()
+    diff = (old_log_probs - rollout_log_probs).abs()[m]
+    if diff.numel() == 0:
+        return {}
+    return {"rollout/logprob_diff_mean": float(diff.mean()), "rollout/logprob_diff_max": float(diff.max())}
+
+
 def off_policy_weights(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor,
                        cap: float) -> tuple[torch.Tensor, dict[str, float]]:
     """Truncated importance weights min(pi_old / pi_rollout, cap) per token (batch, response_len), 0 off the mask.
@@ -210,7 +220,7 @@ class PPOTrainer:
         step = self.global_step if step is None else step
         return SamplingParams(temperature=temperature, top_p=r.top_p, top_k=r.top_k,
                               max_new_tokens=r.response_length, seed=self.cfg.trainer.seed + step,
-                              return_logprobs=bool(self.off_policy_steps) and not validate)
+                              return_logprobs=(bool(self.off_policy_steps) or r.name == "vllm") and not validate)
 
     def play(self, rows, validate: bool, sampling: SamplingParams | None = None,
              sync: bool = True) -> tuple[RolloutResult, np.ndarray, dict[str, list]]:
@@ -366,9 +376,13 @@ class PPOTrainer:
         metrics["offpolicy/staleness"] = float(self.global_step - collected.version)  # updates since sampling
         with timer("train", metrics):
             mask = batch.batch["response_mask"].float()  # (batch, response_len)
+            if cfg.rollout.name == "vllm" and not self.off_policy_steps:
+                self.actor.sleep_rollout()  # vLLM frees its weights and KV cache; the next sync wakes it
 
             with timer("old_log_prob", metrics):
                 batch = batch.union(self.actor.compute_log_prob(batch))
+            if "rollout_log_probs" in batch.batch:  # training/inference drift, as veRL reports it
+                metrics.update(logprob_mismatch(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], mask))
             if self.off_policy_steps:
                 if "rollout_log_probs" not in batch.batch:
                     raise ValueError("trainer.off_policy_steps=1 needs the sampling engine's log-probs: the env must "

@@ -57,10 +57,19 @@ class ActorRolloutWorker(ActorWorker):
 
     @register("all")
     def sync_rollout(self) -> None:
-        """Copy the actor's current weights into the rollout engine (no-op when fresh)."""
+        """Copy the actor's current weights into the rollout engine (no-op when fresh) and wake it."""
         if self._stale:
-            self.rollout.update_weights(self.get_full_state_dict())
+            self.rollout.update_weights(self.get_full_state_dict())  # vllm: wakes weights, loads, wakes KV
             self._stale = False
+        if getattr(self.rollout, "asleep", False):
+            self.rollout.wake()
+
+    @register("all")
+    def sleep_rollout(self) -> None:
+        """Release the rollout engine's GPU memory (vllm: weights and KV cache) while the models train."""
+        sleep = getattr(self.rollout, "sleep", None)
+        if sleep is not None:
+            sleep()
 
     @register("dp")
     def update_actor(self, data: DataProto) -> dict[str, float]:

@@ -77,11 +77,13 @@ def build_rollout(cfg: Any, model: Any = None, tokenizer: Any = None) -> Rollout
             raise ValueError("rollout.name='vllm' needs rollout.model_path (an HF model directory)")
         return VLLMRollout(
             model_path=path,
+            device=_get(cfg, "device", "cuda:0"),
             tensor_parallel_size=int(_get(cfg, "tensor_parallel_size", 1)),
             gpu_memory_utilization=float(_get(cfg, "gpu_memory_utilization", 0.5)),
             dtype=str(_get(cfg, "dtype", "bfloat16")),
             seed=int(_get(cfg, "seed", 0)),
             enable_sleep_mode=bool(_get(cfg, "enable_sleep_mode", True)),
+            sleep_level=int(_get(cfg, "sleep_level", 1)),
             max_model_len=_get(cfg, "max_model_len"),
             enforce_eager=bool(_get(cfg, "enforce_eager", False)),
         )

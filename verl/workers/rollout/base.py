@@ -10,6 +10,7 @@ Two shapes of the same engine:
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Protocol, runtime_checkable
 
@@ -47,12 +48,13 @@ class SamplingParams:
         """Raise ValueError naming the bad field."""
         if self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        # the bounds vLLM 0.33's SamplingParams enforces (tests/test_rollout_vllm_real.py checks both agree)
+        if not math.isfinite(self.temperature) or not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"SamplingParams.temperature must be a finite number in [0, 2], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
-        if not isinstance(self.top_k, int):
-            raise ValueError(f"SamplingParams.top_k must be an int, got {self.top_k!r}")
+        if not isinstance(self.top_k, int) or self.top_k < -1:
+            raise ValueError(f"SamplingParams.top_k must be an int >= -1 (0 or -1: off), got {self.top_k!r}")
         for s in self.stop:
             if not isinstance(s, str) or not s:
                 raise ValueError(f"SamplingParams.stop must hold non-empty strings, got {s!r}")
