@@ -1,17 +1,14 @@
 """The critic worker: one value per response token and the clipped value-loss update."""
 from __future__ import annotations
 
-from collections import defaultdict
-
-import numpy as np
 import torch
 
 from verl.algos.losses import value_loss
 from verl.protocol import DataProto
 from verl.single_controller.base import register
-from verl.workers.actor import FSDPWorker
 from verl.workers.config import WorkerConfig
-from verl.workers.micro_batch import SEQ_KEYS, loss_units, pad_response, trim_padding
+from verl.workers.fsdp_worker import FSDPWorker
+from verl.workers.micro_batch import SEQ_KEYS, pad_response, trim_padding
 
 
 class CriticWorker(FSDPWorker):
@@ -46,29 +43,13 @@ class CriticWorker(FSDPWorker):
         """Clipped value regression onto `returns` over policy tokens; same batching as update_actor."""
         cfg = self.config.critic
         data = data.select(list(SEQ_KEYS) + ["responses", "response_mask", "values", "returns"])
-        metrics = defaultdict(list)
-        self.model.train()
-        for _ in range(cfg.ppo_epochs):
-            for mini in data.split(self._mini_batch_rows()):
-                self.optimizer.zero_grad(set_to_none=True)
-                total = self.all_reduce(loss_units(mini.batch["response_mask"], cfg.loss_agg_mode))
-                stats = defaultdict(float)
-                for idx in self._micro_batches(mini):
-                    mb = mini[idx].to(self.device)
-                    mask = mb.batch["response_mask"].bool()  # (batch, response_len)
-                    values = self._values(mb)
-                    old = torch.where(mask, mb.batch["values"], values.detach())
-                    returns = torch.where(mask, mb.batch["returns"], values.detach())
-                    loss, m = value_loss(values, old, returns, mask, cfg.cliprange_value, cfg.loss_agg_mode)
-                    m["vf_loss"] = loss.item()
-                    weight = loss_units(mask, cfg.loss_agg_mode) / max(total, 1) * self.world_size
-                    (loss * weight).backward()
-                    for k, v in m.items():
-                        stats[k] += v * weight
-                metrics["critic/grad_norm"].append(self._optimizer_step())
-                for k, v in stats.items():
-                    metrics[f"critic/{k}"].append(v)
-        out = {k: float(np.mean(v)) for k, v in metrics.items()}
-        out["critic/lr"] = self.optimizer.param_groups[0]["lr"]  # the rate this update used
-        self.scheduler.step()
-        return out
+
+        def micro_loss(mb: DataProto, mask: torch.Tensor):
+            values = self._values(mb)
+            old = torch.where(mask, mb.batch["values"], values.detach())
+            returns = torch.where(mask, mb.batch["returns"], values.detach())
+            loss, m = value_loss(values, old, returns, mask, cfg.cliprange_value, cfg.loss_agg_mode)
+            m["vf_loss"] = loss.item()
+            return loss, m
+
+        return self.ppo_update(data, micro_loss, "critic")

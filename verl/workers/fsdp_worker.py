@@ -1,0 +1,192 @@
+"""The FSDP worker base that the actor, the reference and the critic share: model loading and sharding,
+optimizer and lr schedule, the micro-batch plan, the PPO update loop, checkpoints.
+
+Data-parallel: each rank holds 1/world_size of every batch; under world_size > 1 the
+model is sharded with FSDP2, with one process it is the plain module. Losses are
+weighted so that any split over ranks and micro-batches gives the gradient of the whole
+mini-batch loss (see micro_batch.loss_units).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+
+import numpy as np
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+
+from verl.protocol import DataProto
+from verl.single_controller.base import Worker, register
+from verl.workers import fsdp
+from verl.workers.config import WorkerConfig
+from verl.workers.lora import apply_lora, as_lora_config, merge_state_dict, trainable_parameters
+from verl.workers.micro_batch import (SEQ_KEYS, loss_units, make_micro_batches, pack_rows, response_logit_index,
+                                      split_rows)
+from verl.workers.model_loader import PACKED_ATTENTION, compile_decoder_layers, load_model, to_dtype
+
+
+class FSDPWorker(Worker):
+    """Model, optimizer, micro-batch plan and checkpoints; shared by the actor and the critic."""
+
+    def __init__(self, config: WorkerConfig, role: str):
+        super().__init__(config.device)
+        self.config, self.role = config, role
+        # The section this worker trains with; batching, padding-free and offload keys are the actor's for all.
+        self.train_cfg = config.critic if role == "critic" else config.actor
+        self.trainable = role in ("actor", "critic")
+        self.model = self.optimizer = self.scheduler = None
+        lora = as_lora_config(self.train_cfg.lora)
+        # The reference of a LoRA run is the actor with its adapters off; a "ref" worker is the base model.
+        self.lora = lora if lora.enabled and self.trainable else None
+
+    @register("all")
+    def init_model(self) -> None:
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        compute_dtype = to_dtype(cfg.dtype) if self.device.type == "cuda" else torch.float32
+        # Trained weights stay fp32 (the optimizer's master copy); the reference only runs forwards.
+        load_dtype = torch.float32 if self.trainable else compute_dtype
+        model = load_model(cfg.model, load_dtype, role="critic" if self.role == "critic" else "actor",
+                           seed=cfg.seed, gradient_checkpointing=cfg.gradient_checkpointing and self.trainable,
+                           attn_implementation=PACKED_ATTENTION if cfg.actor.use_remove_padding else None)
+        if self.lora is not None:  # before compile and sharding: they see the adapted layers
+            # the critic's value head is new: it trains in full beside the adapters
+            apply_lora(model, self.lora, trainable=("score.", "classifier.") if self.role == "critic" else ())
+        if cfg.compile:  # before sharding: FSDP2 wraps the compiled layers
+            compile_decoder_layers(model)
+        self.autocast_dtype = None
+        if self.world_size > 1:
+            if not cfg.actor.param_offload:
+                model.to(self.device)
+            mesh = init_device_mesh(self.device.type, (self.world_size,))
+            fsdp.apply_fsdp2(model, mesh, param_dtype=compute_dtype, reduce_dtype=torch.float32,
+                             reshard_after_forward=cfg.reshard_after_forward, cpu_offload=cfg.actor.param_offload)
+        else:
+            model.to(self.device)
+            if compute_dtype != load_dtype:  # one GPU: mixed precision by autocast instead of FSDP's policy
+                self.autocast_dtype = compute_dtype
+        self.model = model
+        if self.trainable:
+            # The fused (one-kernel) AdamW on one GPU; sharded DTensor parameters keep the default
+            # multi-tensor path, the one that the multi-process tests exercise.
+            fused = self.device.type == "cuda" and self.world_size == 1
+            t = self.train_cfg
+            self.optimizer = torch.optim.AdamW(trainable_parameters(model), lr=t.lr, betas=tuple(t.betas),
+                                               weight_decay=t.weight_decay, fused=fused or None)
+            # critic.warmup_steps holds the actor back instead; the critic's lr has no warmup
+            warmup = t.warmup_steps if self.role == "actor" else 0
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
+
+    # ------------------------------------------------------------------ helpers
+    def _micro_batches(self, data: DataProto, no_grad: bool = False) -> list[np.ndarray]:
+        """Row indices per micro-batch; every rank gets the same count (FSDP's collectives pair up).
+        `no_grad` passes use log_prob_max_tokens_per_micro_batch when it is set."""
+        cfg = self.config.actor
+        budget = cfg.max_tokens_per_micro_batch
+        if no_grad and cfg.log_prob_max_tokens_per_micro_batch:
+            budget = cfg.log_prob_max_tokens_per_micro_batch
+        if budget:
+            k = len(make_micro_batches(data, budget))
+            k = int(self.all_reduce(k, "max"))
+            return make_micro_batches(data, budget, min_num=k)
+        size = self.train_cfg.ppo_micro_batch_size
+        k = int(self.all_reduce(math.ceil(len(data) / size), "max"))
+        return split_rows(len(data), size, min_num=k)
+
+    def _inputs(self, mb: DataProto, response_len: int):
+        """Model kwargs for a micro-batch, packed into one row when use_remove_padding, and where
+        its outputs score the response: (kwargs, index, real). The per-position outputs, flattened
+        to (batch * seq, ...) or (total, ...), score the n real response tokens at `index` (n,);
+        `real` (batch, response_len) marks their places."""
+        ids, attn, pos = (mb.batch[k] for k in SEQ_KEYS)
+        packed = self.config.actor.use_remove_padding
+        index, real = response_logit_index(attn, response_len, packed)
+        if not packed:
+            return dict(input_ids=ids, attention_mask=attn, position_ids=pos), index, real
+        if self.model.config._attn_implementation != PACKED_ATTENTION:
+            raise RuntimeError("use_remove_padding needs the model loaded with it on (attention would cross rows)")
+        p = pack_rows(ids, attn, pos)
+        # An all-ones mask lets transformers skip building a (total, total) packed-sequence mask;
+        # the packed attention keeps each sequence to itself through cu_seq_lens.
+        kwargs = dict(input_ids=p.input_ids, attention_mask=torch.ones_like(p.input_ids), position_ids=p.position_ids,
+                      cu_seq_lens_q=p.cu_seqlens, cu_seq_lens_k=p.cu_seqlens, max_length_q=p.max_len,
+                      max_length_k=p.max_len)
+        return kwargs, index, real
+
+    def _mini_batch_rows(self) -> int:
+        size = self.train_cfg.ppo_mini_batch_size
+        if size % self.world_size:
+            raise ValueError(f"ppo_mini_batch_size={size} must be divisible by the world size {self.world_size}")
+        return size // self.world_size
+
+    def _no_grad(self):
+        """inference_mode (no autograd state at all) for the plain module. FSDP2 allocates its
+        gathered-weight buffers on first use; made under inference_mode they could not be
+        written again in training, so sharded models get no_grad."""
+        return torch.no_grad() if self.world_size > 1 else torch.inference_mode()
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
+
+    def _optimizer_step(self) -> float:
+        """Clip, then step unless the gradient norm is not finite; returns the pre-clip norm."""
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_cfg.grad_clip)
+        norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        if math.isfinite(norm):
+            self.optimizer.step()
+        else:
+            warnings.warn(f"rank {self.rank}: gradient norm is {norm}; skipping this optimizer step")
+            self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def ppo_update(self, data: DataProto, micro_loss, prefix: str) -> dict[str, float]:
+        """The update loop the actor and the critic share (their losses differ, the loop does not):
+        train_cfg.ppo_epochs passes over mini-batches, one optimizer step per mini-batch, gradient
+        accumulation over micro-batches. `micro_loss(mb, mask)` gives one micro-batch's (loss, metrics);
+        mb is on the device, mask = its response_mask as bool (batch, response_len)."""
+        cfg = self.train_cfg
+        metrics = defaultdict(list)
+        self.model.train()
+        for _ in range(cfg.ppo_epochs):
+            for mini in data.split(self._mini_batch_rows()):
+                self.optimizer.zero_grad(set_to_none=True)
+                total = self.all_reduce(loss_units(mini.batch["response_mask"], cfg.loss_agg_mode))
+                stats = defaultdict(float)
+                for idx in self._micro_batches(mini):
+                    mb = mini[idx].to(self.device)
+                    mask = mb.batch["response_mask"].bool()  # (batch, response_len)
+                    loss, m = micro_loss(mb, mask)
+                    # This micro-batch's share of the global mini-batch loss; x world_size
+                    # undoes the averaging of gradients over ranks in FSDP's reduce-scatter.
+                    weight = loss_units(mask, cfg.loss_agg_mode) / max(total, 1) * self.world_size
+                    (loss * weight).backward()
+                    for k, v in m.items():
+                        stats[k] += v * weight  # summed over micro-batches, averaged over ranks
+                metrics[f"{prefix}/grad_norm"].append(self._optimizer_step())
+                for k, v in stats.items():
+                    metrics[f"{prefix}/{k}"].append(v)
+        out = {k: float(np.mean(v)) for k, v in metrics.items()}
+        out[f"{prefix}/lr"] = self.optimizer.param_groups[0]["lr"]  # the rate this update used
+        self.scheduler.step()  # once per training step, so warmup_steps counts steps
+        return out
+
+    @register("all")
+    def save_checkpoint(self, path: str) -> None:
+        """Model + optimizer + lr scheduler + RNG, sharded per rank; see fsdp.save_checkpoint.
+        With LoRA only the trainable parameters (the adapters) are saved."""
+        fsdp.save_checkpoint(path, self.model, self.optimizer, {"scheduler": self.scheduler.state_dict()},
+                             adapter_only=self.lora is not None)
+
+    @register("all")
+    def load_checkpoint(self, path: str) -> None:
+        extra = fsdp.load_checkpoint(path, self.model, self.optimizer, adapter_only=self.lora is not None)
+        self.scheduler.load_state_dict(extra["scheduler"])
+
+    @register("all")
+    def get_full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Unsharded CPU weights on every rank (to sync a rollout engine); LoRA adapters merged in,
+        so the names and shapes are the base model's."""
+        return merge_state_dict(self.model, fsdp.full_state_dict(self.model))
