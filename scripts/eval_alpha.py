@@ -95,7 +95,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-obs-length", type=int, default=128)
     p.add_argument("--response-length", type=int, default=64)
     p.add_argument("--max-response-length", type=int, default=512)
+    p.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.3, 0.6, 0.9], help="told to the conditioned model")
     p.add_argument("--out", required=True)
+    p.add_argument("--only-conditioned", action="store_true", help="evaluate the conditioned model (and SFT) only")
     a = p.parse_args(argv)
     rows = stratified(load_rows(find_data_files([a.data])), a.n)
     rcfg = RouterConfig(max_turns=a.max_turns, max_obs_length=a.max_obs_length, response_length=a.response_length,
@@ -105,24 +107,35 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     quiet_transformers()
     recs: dict[str, list[dict]] = {}
+    cache = out_dir / "records"  # each model's records, kept so a later call (--only-conditioned first) reuses them
+    cache.mkdir(exist_ok=True)
+
+    def records(label: str, ckpt: str, alpha: float | None) -> list[dict]:
+        f = cache / f"{label}.json"
+        if f.is_file() and json.loads(f.read_text())["checkpoint"] == str(ckpt):
+            return json.loads(f.read_text())["records"]
+        rs = router_records(load_policy(ckpt, "cpu"), pool, rows, rcfg, alpha, label)
+        f.write_text(json.dumps({"checkpoint": str(ckpt), "records": rs}, default=float))
+        print(f"{label}: EM {np.mean([r['em'] for r in rs]):.3f}", flush=True)
+        return rs
+
     with open_pool(a.pool, sim=True) as pool:
-        policy = load_policy(a.conditioned, "cpu")
-        for alpha in sorted(fixed):
-            recs[f"cond@{alpha:g}"] = router_records(policy, pool, rows, rcfg, alpha, f"cond@{alpha:g}")
-            print(f"conditioned at {alpha:g}: EM {np.mean([r['em'] for r in recs[f'cond@{alpha:g}']]):.3f}", flush=True)
-        for alpha, ckpt in sorted(fixed.items()):
-            recs[f"fixed@{alpha:g}"] = router_records(load_policy(ckpt, "cpu"), pool, rows, rcfg, None, f"fixed@{alpha:g}")
-            print(f"fixed {alpha:g}: EM {np.mean([r['em'] for r in recs[f'fixed@{alpha:g}']]):.3f}", flush=True)
+        for alpha in a.alphas:
+            recs[f"cond@{alpha:g}"] = records(f"cond@{alpha:g}", a.conditioned, alpha)
         if a.sft:
-            recs["sft"] = router_records(load_policy(a.sft, "cpu"), pool, rows, rcfg, None, "sft")
+            recs["sft"] = records("sft", a.sft, None)
+        if a.only_conditioned:
+            return 0
+        for alpha, ckpt in sorted(fixed.items()):
+            recs[f"fixed@{alpha:g}"] = records(f"fixed@{alpha:g}", ckpt, None)
         summary = {"data": a.data, "n": len(rows), "pool": a.pool, "settings": rcfg.__dict__, "dearest": dearest(pool),
-                   "conditioned": [summarize(f"cond@{x:g}", x, recs[f"cond@{x:g}"], pool) for x in sorted(fixed)],
+                   "conditioned": [summarize(f"cond@{x:g}", x, recs[f"cond@{x:g}"], pool) for x in a.alphas],
                    "fixed": [summarize(f"fixed@{x:g}", x, recs[f"fixed@{x:g}"], pool) for x in sorted(fixed)],
                    "sft": summarize("sft", None, recs["sft"], pool) if a.sft else None,
                    "paired_cond_minus_fixed": {f"{x:g}": {"em": paired(recs[f"cond@{x:g}"], recs[f"fixed@{x:g}"], "em"),
                                                           "cost_usd": paired(recs[f"cond@{x:g}"], recs[f"fixed@{x:g}"],
                                                                              "cost_usd")}
-                                               for x in sorted(fixed)}}
+                                               for x in sorted(fixed) if f"cond@{x:g}" in recs}}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     with open(out_dir / "trajectories.jsonl", "w") as f:
         for label, rs in recs.items():
