@@ -57,14 +57,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--template", default=None, help="prompt template file (default: compact template + compact pool)")
     p.add_argument("--pool", default=str(SIM_POOL))
     p.add_argument("--world-seed", type=int, default=0)
-    p.add_argument("--max-turns", type=int, default=3)
-    p.add_argument("--max-obs-length", type=int, default=128)
-    p.add_argument("--response-length", type=int, default=64, help="tokens per generated turn")
-    p.add_argument("--max-response-length", type=int, default=512)
-    p.add_argument("--alpha", type=float, default=0.0, help="cost weight of the reward (scores only)")
+    # the shape: the checkpoint's run_config.yaml, else configs/embedded.yaml's; a flag overrides
+    p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("--max-obs-length", type=int, default=None)
+    p.add_argument("--response-length", type=int, default=None, help="tokens per generated turn")
+    p.add_argument("--max-response-length", type=int, default=None)
+    p.add_argument("--alpha", type=float, default=None, help="cost weight of the reward (scores only)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--show", type=int, default=2, help="print this many trajectories")
     args = p.parse_args(argv)
+    from router_r1.router_env import RouterEnvConfig, trained_env_config
+    from verl.trainer.config import section_to_dataclass
+    from verl.trainer.main_ppo import load_config
+
+    shape = trained_env_config(args.model) or section_to_dataclass(RouterEnvConfig, load_config("embedded").env, "env")
+    for key in ("max_turns", "max_obs_length", "response_length", "max_response_length", "alpha"):
+        if getattr(args, key) is None:
+            setattr(args, key, getattr(shape, key))
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
