@@ -1,4 +1,4 @@
-"""The shipped configs compose and carry the paper's settings (DESIGN.md, reference facts)."""
+"""The shipped configs compose and carry the paper's settings (the Router-R1 paper and its code)."""
 import pytest
 
 from verl.trainer.main_ppo import load_config, uses

@@ -5,8 +5,8 @@ through TurnRules with a real tokenizer twice: once with a plain pool reply, onc
 hostile one (our tags in every spelling, partial tags, lone surrogates, control and
 bidirectional characters, huge text). Nothing may raise, and the pool text may change
 neither the format verdict (either rule set) nor the extracted answer. The reference
-rule set is also checked against an oracle written from DESIGN.md's description of the
-reference's check with plain regular expressions.
+rule set is also checked against an oracle written from a description in words of the
+reference's check (router_r1/reward/format.py's docstring) with plain regular expressions.
 """
 import random
 import re
@@ -89,7 +89,7 @@ def ok_reply(text: str) -> PoolResult:
 
 
 def reference_oracle(text: str, registry) -> bool:
-    """The reference's check as DESIGN.md states it, written plainly (with our kept fixes for routes)."""
+    """The reference's check as format.py's docstring states it, written plainly (with our kept fixes for routes)."""
     blocks = re.findall(r"<(think|search|answer|information)>(.*?)</\1>", text, re.DOTALL)
     if not blocks or any(text.count(f"<{t}>") != text.count(f"</{t}>") for t in TAGS):
         return False

@@ -3,8 +3,8 @@
 `response` is the decoded response (policy turns, each cut at the end of its first
 action, and <information> blocks; no prompt, special tokens skipped). Two rule sets:
 
-reference (default): the published Router-R1 check (DESIGN.md, "The reference's format
-  check, in words"), so our rewards compare with its numbers. A response is valid when
+reference (default): the published Router-R1 code's format check (the rules below, in words),
+  so our rewards compare with its numbers. A response is valid when
     tags         it has a closed block, each tag opens as often as it closes, and no
                  block's content holds one of the eight tags (no nesting);
     think        every <think> block is non-empty and not just "...", and there is one;
