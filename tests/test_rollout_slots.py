@@ -159,3 +159,29 @@ def test_a_later_turn_keeps_its_slot_before_a_waiting_episode_takes_one(tok):
     gather(roll, turn2, sp)  # episode 0 asks first but has no slot: the two that have theirs go first
     assert roll.engine.stats.reused_tokens - reused >= sum(held) - 2  # both parked contexts continued
     assert roll.engine.stats.evictions - evictions == 1  # only episode 0's turn took over a slot
+
+
+def test_the_trainer_hands_the_env_its_local_slot_engine_and_checks_the_weights(tok):
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo_trainer import PPOTrainer
+
+    model = tiny_model(len(tok), seed=4)
+    worker = SimpleNamespace(rollout=slots(model, tok, 4), _stale=False)
+    trainer = PPOTrainer.__new__(PPOTrainer)  # only what engine() reads
+    trainer.actor, trainer.off_policy_steps = SimpleNamespace(worker=worker), 0
+    engine = trainer.engine()
+    rows = [PromptRow(p, f"q{i}", {}) for i, p in enumerate(prompts_of(tok)[:4])]
+    sp = SamplingParams(greedy=True, max_new_tokens=8)
+    with ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0)) as srv:
+        env = _env(tok, srv.url, "continuous")
+        env.rollout(rows, engine, sp, validate=False)
+        assert worker.rollout.engine.stats.requests >= len(rows)  # the slots decoded, not a batch adapter
+        worker._stale = True  # an update happened and nobody synced: on-policy refuses to decode
+        with pytest.raises(RuntimeError, match="stale"):
+            env.rollout(rows, engine, sp, validate=False)
+        trainer.off_policy_steps = 1  # ... while a rollout played ahead decodes with the weights it was synced with
+        env.rollout(rows, engine, sp, validate=False)
+        env.client.close()
+    trainer.actor = SimpleNamespace(worker=SimpleNamespace(rollout=HFRollout(model, tok)))
+    assert trainer.engine() == trainer.generate  # a batch-only engine: the batch generate

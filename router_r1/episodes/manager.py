@@ -207,8 +207,15 @@ class RouterEnv:
 
     async def _run_continuous(self, episodes: list[Episode], engine: AsyncRolloutBackend,
                               sampling: SamplingParams, track: "_LogprobTrack | None") -> None:
-        # A failing episode means a bug in our code (the client never raises): surface it.
-        await asyncio.gather(*(self.play(ep, engine, sampling, track) for ep in episodes))
+        # A failing episode means a bug in our code (the client never raises): surface it, and stop the
+        # others instead of leaving them running on the client's loop.
+        tasks = [asyncio.ensure_future(self.play(ep, engine, sampling, track)) for ep in episodes]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            raise
 
     def _run_sync(self, episodes: list[Episode], generate: GenerateFn, sampling: SamplingParams,
                   track: "_LogprobTrack | None" = None) -> None:
