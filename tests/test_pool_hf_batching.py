@@ -39,8 +39,6 @@ def test_concurrent_greedy_requests_are_batched_and_answer_as_one_at_a_time(tiny
               for i, q in enumerate(QUESTIONS)]
     alone = [hf.generate("tiny", b["messages"], 0.0, b["max_tokens"]) for b in bodies]
 
-    sizes = []
-
     async def submit_all():
         done = await asyncio.gather(*[hf.submit("tiny", b["messages"], 0.0, b["max_tokens"], None) for b in bodies])
         await hf.aclose()

@@ -177,6 +177,7 @@ class HFBackend:
                 continue
             compute = time.monotonic() - t0
             self._batch_s = 0.8 * self._batch_s + 0.2 * compute
+            log.debug("%s: batch of %d in %.3f s, %d still queued", api_id, len(batch), compute, len(queue))
             for r, (text, n_new) in zip(batch, outs):
                 if not r.future.done():  # its client may have gone
                     r.future.set_result(Completion(text, len(r.prompt_ids), n_new, t0 - r.queued_at, compute,

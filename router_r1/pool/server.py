@@ -172,7 +172,8 @@ def parse_chat_request(body: object) -> ChatRequest:
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS_LIMIT:
         raise BadRequest(f"'{key}' must be an integer in [1, {MAX_TOKENS_LIMIT}]", key)
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -SEED_LIMIT < seed < SEED_LIMIT):
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                             or not -SEED_LIMIT < seed < SEED_LIMIT):
         raise BadRequest("'seed' must be an integer with |seed| < 2**63", "seed")
     return ChatRequest(model, clean, float(temperature), max_tokens, seed)
 
