@@ -1,6 +1,6 @@
 """AdaTurn's training modes side by side: one table and two PNGs from run_modes.sh's outputs.
 
-    python docs/results/adaturn_cpu/modes.py --budgets outputs/adaturn_modes/budgets/budgets.json \
+    python scripts/adaturn_modes.py --budgets outputs/adaturn_modes/budgets/budgets.json \
         --metrics forced=outputs/adaturn_modes/forced/grpo/metrics.jsonl ... --out docs/results/adaturn_cpu
 
 Writes modes.json (the evaluation rows and a summary of each training curve), modes.png (EM,

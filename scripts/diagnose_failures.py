@@ -1,6 +1,6 @@
 """Why a router run lost or won answers: failure types per run from an evaluation's trajectories.jsonl.
 
-    python docs/results/embedded_cpu/diagnose.py OUT/eval/trajectories.jsonl [--world-seed 0]
+    python scripts/diagnose_failures.py OUT/eval/trajectories.jsonl [--world-seed 0]
 
 Each trajectory is replayed against the simulated world (the question's true fact chain) and
 given the first failure it shows, in this order:
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from router_r1.pool.sim_world import SimWorld  # noqa: E402
 from router_r1.reward.qa_em import em_score  # noqa: E402

@@ -1,6 +1,6 @@
 """Markdown table of evaluation summaries (router_r1.eval.evaluate's summary.json), one row per run.
 
-    python docs/results/embedded_cpu/table.py eval_summary.json alpha06_eval_summary.json
+    python scripts/eval_table.py eval_summary.json alpha06_eval_summary.json
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Curves of several PPO runs of the embedded default side by side (e.g. alpha 0 and alpha 0.6).
 
-    python docs/results/embedded_cpu/plot_runs.py --run "alpha 0=ppo_metrics.jsonl" \
+    python scripts/plot_runs.py --run "alpha 0=ppo_metrics.jsonl" \
         --run "alpha 0.6=alpha06_ppo_metrics.jsonl" --out curves.png
 
 Training metrics (sampled rollouts, 32 per step) are smoothed with a moving average of

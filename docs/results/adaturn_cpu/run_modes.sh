@@ -51,5 +51,5 @@ nice -n 10 $PY scripts/eval_budgets.py "${CKPTS[@]}" --data "$EMB/data/test.parq
   --max-response-length 512
 
 # One table + PNG (EM, unanswered, calls per budget, per training mode) and the training curves.
-$PY docs/results/adaturn_cpu/modes.py --budgets "$OUT/budgets/budgets.json" \
+$PY scripts/adaturn_modes.py --budgets "$OUT/budgets/budgets.json" \
   $(for m in "${MODES[@]}"; do echo "--metrics $m=$OUT/$m/grpo/metrics.jsonl"; done) --out "${RESULTS:-docs/results/adaturn_cpu}"

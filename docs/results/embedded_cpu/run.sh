@@ -29,8 +29,8 @@ cp $R/k1/eval/pareto.png $D/pareto.png
 cp $R/c1/ppo/metrics.jsonl $D/nokl_ppo_metrics.jsonl; cp $R/c1/eval/summary.json $D/nokl_eval_summary.json
 cp $R/g1/ppo/metrics.jsonl $D/grpo_ppo_metrics.jsonl; cp $R/g1/eval/summary.json $D/grpo_eval_summary.json
 cp $R/d1/eval/summary.json $D/data3200_eval_summary.json; cp $R/d1/ppo/metrics.jsonl $D/data3200_ppo_metrics.jsonl
-for r in c1 k1 k1a06 g1 d1; do $PYTHON $D/diagnose.py $R/$r/eval/trajectories.jsonl > $D/diagnose_$r.txt; done
-$PYTHON $D/plot_runs.py --run "KL loss 0.1, alpha 0=$D/ppo_metrics.jsonl" --run "KL loss 0.1, alpha 0.6=$D/alpha06_ppo_metrics.jsonl" \
+for r in c1 k1 k1a06 g1 d1; do $PYTHON scripts/diagnose_failures.py $R/$r/eval/trajectories.jsonl > $D/diagnose_$r.txt; done
+$PYTHON scripts/plot_runs.py --run "KL loss 0.1, alpha 0=$D/ppo_metrics.jsonl" --run "KL loss 0.1, alpha 0.6=$D/alpha06_ppo_metrics.jsonl" \
   --run "no KL loss, alpha 0=$D/nokl_ppo_metrics.jsonl" --run "GRPO, alpha 0=$D/grpo_ppo_metrics.jsonl" --out $D/alpha_curves.png
-$PYTHON $D/table.py $D/eval_summary.json $D/alpha06_eval_summary.json $D/nokl_eval_summary.json $D/grpo_eval_summary.json \
+$PYTHON scripts/eval_table.py $D/eval_summary.json $D/alpha06_eval_summary.json $D/nokl_eval_summary.json $D/grpo_eval_summary.json \
   $D/data3200_eval_summary.json

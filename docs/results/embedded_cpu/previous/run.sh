@@ -22,9 +22,9 @@ cp $R/final_a0/ppo/curves.png $D/ppo_curves.png
 cp $R/final_a0/eval/summary.json $D/eval_summary.json
 cp $R/final_a06/eval/summary.json $D/alpha06_eval_summary.json
 cp $R/final_a0/eval/pareto.png $D/pareto.png
-$PYTHON docs/results/embedded_cpu/plot_runs.py --run "alpha 0=$D/ppo_metrics.jsonl" --run "alpha 0.6=$D/alpha06_ppo_metrics.jsonl" \
+$PYTHON scripts/plot_runs.py --run "alpha 0=$D/ppo_metrics.jsonl" --run "alpha 0.6=$D/alpha06_ppo_metrics.jsonl" \
   --out $D/alpha_curves.png
-$PYTHON docs/results/embedded_cpu/table.py $D/eval_summary.json $D/alpha06_eval_summary.json
+$PYTHON scripts/eval_table.py $D/eval_summary.json $D/alpha06_eval_summary.json
 
 # The KL 0.02 pair (kl02_*): stages 4-5 by ppo_only.sh (a copy of them that evaluates the PPO model
 # only; the SFT row is the same greedy evaluation as above), from the same warm start:
@@ -33,5 +33,5 @@ for a in 0 0.6; do
 done; wait
 cp $R/fk_a0/ppo/metrics.jsonl $D/kl02_ppo_metrics.jsonl; cp $R/fk_a0.6/ppo/metrics.jsonl $D/kl02_alpha06_ppo_metrics.jsonl
 cp $R/fk_a0/eval/summary.json $D/kl02_eval_summary.json; cp $R/fk_a0.6/eval/summary.json $D/kl02_alpha06_eval_summary.json
-$PYTHON docs/results/embedded_cpu/plot_runs.py --run "KL 0.001, alpha 0=$D/ppo_metrics.jsonl" --run "KL 0.001, alpha 0.6=$D/alpha06_ppo_metrics.jsonl" \
+$PYTHON scripts/plot_runs.py --run "KL 0.001, alpha 0=$D/ppo_metrics.jsonl" --run "KL 0.001, alpha 0.6=$D/alpha06_ppo_metrics.jsonl" \
   --run "KL 0.02, alpha 0=$D/kl02_ppo_metrics.jsonl" --run "KL 0.02, alpha 0.6=$D/kl02_alpha06_ppo_metrics.jsonl" --out $D/alpha_curves.png
