@@ -92,7 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--target-cost-per-1k", type=float, help="USD per 1,000 questions")
     target.add_argument("--target-dear-share", type=float, help="share of calls to the dearest model, in [0, 1]")
-    p.add_argument("--alphas", type=float, nargs="+", default=list(DEFAULT_ALPHAS), help="candidates (default 0..1 by 0.1)")
+    p.add_argument("--alphas", type=float, nargs="+", default=list(DEFAULT_ALPHAS),
+                   help="candidates (default 0..1 by 0.1)")
     p.add_argument("--pool", default=None, help="pool yaml (default: the run's, else the simulated pool)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--pool-url", default=None)

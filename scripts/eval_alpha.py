@@ -65,7 +65,8 @@ def plot(summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for key, style, name in (("conditioned", "o-", "one alpha-conditioned model"), ("fixed", "s--", "four fixed-alpha models")):
+    for key, style, name in (("conditioned", "o-", "one alpha-conditioned model"),
+                             ("fixed", "s--", "four fixed-alpha models")):
         pts = sorted(summary[key], key=lambda r: r["alpha"])
         ax.plot([r["cost_1e6_usd"] for r in pts], [r["em"] for r in pts], style, label=name)
         for r in pts:
@@ -95,7 +96,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-obs-length", type=int, default=128)
     p.add_argument("--response-length", type=int, default=64)
     p.add_argument("--max-response-length", type=int, default=512)
-    p.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.3, 0.6, 0.9], help="told to the conditioned model")
+    p.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.3, 0.6, 0.9],
+                   help="told to the conditioned model")
     p.add_argument("--out", required=True)
     p.add_argument("--only-conditioned", action="store_true", help="evaluate the conditioned model (and SFT) only")
     a = p.parse_args(argv)

@@ -146,7 +146,8 @@ def test_evaluation_report_carries_call_shares_and_entropy():
              {**base, "data_source": "nq", "turns": [call(CHEAP)], "models_called": [CHEAP], "route_count": 1},
              {**base, "data_source": "hq", "turns": [call(BIG), call(BIG)], "models_called": [BIG], "route_count": 2}]
     s = report.summarize(trajs, [BIG, CHEAP])
-    assert s["sources"]["nq"]["call_share"] == {BIG: 0.5, CHEAP: 0.5} and s["sources"]["nq"]["routing_entropy_bits"] == 1.0
+    nq = s["sources"]["nq"]
+    assert nq["call_share"] == {BIG: 0.5, CHEAP: 0.5} and nq["routing_entropy_bits"] == 1.0
     assert s["sources"]["hq"]["routing_entropy_bits"] == 0.0 and s["overall"]["call_share"][BIG] == 0.75
     table = report.format_table([{"label": "r", **s}])
     assert "H calls" in table and " 1.00" in table.splitlines()[-3]
