@@ -91,7 +91,8 @@ make_env.config_class = RouterEnvConfig
 
 # The keys that give an episode its shape and its score: evaluation and inference take them from the run
 # a checkpoint was trained with (its run_config.yaml); a flag overrides.
-SHAPE_KEYS = ("max_turns", "max_obs_length", "response_length", "max_response_length", "schedule", "alpha")
+SHAPE_KEYS = ("max_turns", "max_obs_length", "response_length", "max_response_length", "schedule", "alpha",
+              "format_rules", "reward_metric")
 
 
 def trained_env_config(checkpoint) -> RouterEnvConfig | None:

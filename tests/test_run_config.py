@@ -1,4 +1,6 @@
 """A run's resolved config is saved beside its models; evaluation and inference read their shape from it."""
+from pathlib import Path
+
 import pytest
 
 from router_r1.eval.evaluate import EvalConfig, EvalError, with_training_shape
@@ -41,3 +43,27 @@ def test_checkpoints_trained_differently_need_the_flag(tmp_path):
     with pytest.raises(EvalError, match=r"different env\.alpha.*--alpha"):
         with_training_shape(EvalConfig(data=["x"], checkpoints=[a, b]), log=lambda m: None)
     assert with_training_shape(EvalConfig(data=["x"], checkpoints=[a, b], alpha=0.3), log=lambda m: None).alpha == 0.3
+
+
+def test_evaluation_scores_with_the_trained_rule_set_and_gate(tmp_path):
+    """A run trained with strict rules and the F1 gate is scored so in its evaluation, unless a flag says otherwise."""
+    from router_r1.eval.evaluate import score
+    from router_r1.pool.registry import ModelRegistry
+
+    ckpt = trained(tmp_path, "a", "env.format_rules=strict", "env.reward_metric=f1")
+    cfg = with_training_shape(EvalConfig(data=["x"], checkpoints=[ckpt]), log=lambda m: None)
+    assert (cfg.format_rules, cfg.reward_metric) == ("strict", "f1")
+    assert with_training_shape(EvalConfig(data=["x"], checkpoints=[ckpt], format_rules="reference"),
+                               log=lambda m: None).format_rules == "reference"
+    # Free text between blocks: the reference's rules accept it, strict ones do not; a partial answer
+    # earns F1 credit under the f1 gate and nothing under em.
+    text = "<think>go</think> so <answer>Paris France</answer>"
+    registry = ModelRegistry.from_yaml(Path(__file__).resolve().parents[1] / "configs/pool/sim.yaml")
+    rows = {}
+    for rules, metric in (("reference", "em"), ("strict", "em"), ("reference", "f1")):
+        records = [{"text": text, "golds": ["Paris"], "cost_usd": 0.0, "route_count": 0}]
+        score(records, registry, 0.0, rules, metric)
+        rows[rules, metric] = records[0]
+    assert rows["reference", "em"]["format_ok"] and not rows["strict", "em"]["format_ok"]
+    assert rows["reference", "em"]["reward"] == 0.0
+    assert rows["reference", "f1"]["reward"] == pytest.approx(2 / 3)

@@ -17,7 +17,7 @@ keeps the rows' prompts), and --budget-mode says what a route past the budget le
 (end: the episode stops unanswered; forced: the route is refused and an answer asked for).
 
 The episode's shape and score (--max-turns, --max-obs-length, --response-length,
---max-response-length, --schedule, --alpha) default to what the checkpoint was trained with:
+--max-response-length, --schedule, --alpha, --format-rules, --reward-metric) default to what the checkpoint was trained with:
 the run_config.yaml its training run wrote beside it (output_dir/hf, a step directory). A flag
 overrides it; a checkpoint without one gets the paper run's (configs/router_r1.yaml); checkpoints
 trained with different values need the flag. Greedy episodes are the same under every schedule;
@@ -380,6 +380,8 @@ class EvalConfig:
     max_response_length: int | None = None
     schedule: str | None = None
     alpha: float | None = None
+    format_rules: str | None = None  # reference | strict (router_r1/reward/format.py)
+    reward_metric: str | None = None  # em | f1: the gate of the reward column
     out: str | None = None
     cache_dir: str | None = None
     limit: int | None = None  # rows per file
@@ -458,15 +460,18 @@ def router_episodes(prompts: list[list[int]], policy: Policy, pool: Pool, rcfg, 
     return episodes
 
 
-def score(records: list[dict], registry: ModelRegistry, alpha: float) -> None:
-    """Add EM, F1, format, answer, cost reward and reward to each record (the training reward)."""
+def score(records: list[dict], registry: ModelRegistry, alpha: float, format_rules: str = "reference",
+          reward_metric: str = "em") -> None:
+    """Add EM, F1, format, answer, cost reward and reward to each record (the training reward, with the
+    training run's rule set and gate metric)."""
     costs = [float(r["cost_usd"]) for r in records]
     # The run's own window: every trajectory's cost, read once (see the module docstring).
     norm = CostNormalizer(window=max(1, len(costs)))
     norm.load_state_dict({"window": norm.window, "low_pct": norm.low_pct, "high_pct": norm.high_pct,
                           "history": [math.sqrt(c) for c in costs]})
     scores, per = compute_scores([r["text"] for r in records], [r["golds"] for r in records], costs,
-                                 [r["route_count"] for r in records], registry, norm, RewardConfig(alpha=alpha))
+                                 [r["route_count"] for r in records], registry, norm,
+                                 RewardConfig(alpha=alpha, format_rules=format_rules, reward_metric=reward_metric))
     for r, s, m in zip(records, scores, per):
         r.update(answer=extract_answer(r["text"]), em=m["em"], f1=m["f1"], format_ok=bool(m["format_ok"]),
                  format_reason=m["format_reason"], cost_reward=m["cost_reward"], reward=float(s))
@@ -574,7 +579,7 @@ def run_one(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy | None, cf
     else:
         episodes, registry = _rollout_run(run, rows, pool, policy, cfg, log), pool.registry
     records = records_of(run.label, rows, episodes)
-    score(records, registry, cfg.alpha)
+    score(records, registry, cfg.alpha, cfg.format_rules, cfg.reward_metric)
     return records
 
 
@@ -724,6 +729,10 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
     p.add_argument("--schedule", choices=("continuous", "sync", "overlap"), default=None,
                    help="rollout schedule" + trained + "; sampled runs: sync")
     p.add_argument("--alpha", type=float, default=None, help="cost coefficient of the reward column" + trained)
+    p.add_argument("--format-rules", choices=("reference", "strict"), default=None,
+                   help="format rule set of the format and reward columns" + trained)
+    p.add_argument("--reward-metric", choices=("em", "f1"), default=None,
+                   help="answer metric that gates the reward column" + trained)
     p.add_argument("--baseline", action="append", default=[],
                    help="direct | largest:NAME | prompt-llm | single:NAME | all-singles (repeatable)")
     p.add_argument("--skip-router", action="store_true", help="run only the baselines")
@@ -753,7 +762,8 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
         include_unseen=a.include_unseen, greedy=a.temperature is None, temperature=a.temperature or 0.0,
         top_p=a.top_p, seed=a.seed, batch_size=a.batch_size, max_turns=a.max_turns,
         max_obs_length=a.max_obs_length, response_length=a.response_length,
-        max_response_length=a.max_response_length, schedule=a.schedule, alpha=a.alpha, out=a.out,
+        max_response_length=a.max_response_length, schedule=a.schedule, alpha=a.alpha,
+        format_rules=a.format_rules, reward_metric=a.reward_metric, out=a.out,
         cache_dir=a.cache_dir, limit=a.limit, device=a.device, rollout=a.rollout,
         prompt_template=a.prompt_template, budget=a.budget, budget_mode=a.budget_mode, budget_text=a.budget_text,
         pool_timeout_s=a.pool_timeout_s, pool_deadline_s=a.pool_deadline_s, pool_concurrency=a.pool_concurrency,
