@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import json
 import logging
 import os
@@ -38,7 +37,7 @@ from aiohttp import web
 
 from router_r1.eval.evaluate import (USER_ERRORS, Pool, Policy, check_checkpoint, fit_context, load_policy, open_pool,
                                      quiet_transformers, tokenize_prompt)
-from router_r1.pool.server import ServerThread, error_response, start_site
+from router_r1.pool.server import ServerThread, bearer_auth, error_response, models_handler, start_site
 from router_r1.prompts import build_router_prompt
 from router_r1.reward.score import RewardConfig
 from router_r1.episodes.manager import RouterConfig, RouterEnv
@@ -205,18 +204,8 @@ def no_answer_error(done: Answered, ext: dict) -> web.Response:
 def make_app(service: RouterService, token: str | None = None) -> web.Application:
     """The aiohttp application serving `service` under /v1."""
 
-    @web.middleware
-    async def auth(request: web.Request, handler):
-        if token is not None:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return error_response(401, "invalid or missing bearer token", "invalid_request_error",
-                                      code="invalid_api_key")
-        return await handler(request)
-
-    async def list_models(request: web.Request) -> web.Response:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "router-r1"} for m in service.model_ids()]
-        return web.json_response({"object": "list", "data": data})
+    auth = bearer_auth(token)
+    list_models = models_handler(service.model_ids)
 
     async def chat(request: web.Request) -> web.StreamResponse:
         try:

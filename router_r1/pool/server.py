@@ -134,6 +134,31 @@ def error_response(status: int, message: str, etype: str, param: str | None = No
     return web.json_response(body, status=status, headers=headers)
 
 
+def bearer_auth(token: str | None):
+    """aiohttp middleware: with a token, a request without `Authorization: Bearer <token>` gets an OpenAI 401."""
+
+    @web.middleware
+    async def auth(request: web.Request, handler):
+        if token is not None:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return error_response(401, "invalid or missing bearer token", "invalid_request_error",
+                                      code="invalid_api_key")
+        return await handler(request)
+
+    return auth
+
+
+def models_handler(model_ids):
+    """The `/v1/models` handler listing `model_ids()`."""
+
+    async def list_models(request: web.Request) -> web.Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "router-r1"} for m in model_ids()]
+        return web.json_response({"object": "list", "data": data})
+
+    return list_models
+
+
 @dataclass
 class ChatRequest:
     model: str
@@ -197,18 +222,8 @@ def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | N
     model_ids = set(backend.model_ids())
     closing = asyncio.Event()  # set on shutdown so hanging requests end at once
 
-    @web.middleware
-    async def auth(request: web.Request, handler):
-        if token is not None:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return error_response(401, "invalid or missing bearer token", "invalid_request_error",
-                                      code="invalid_api_key")
-        return await handler(request)
-
-    async def list_models(request: web.Request) -> web.Response:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "router-r1"} for m in backend.model_ids()]
-        return web.json_response({"object": "list", "data": data})
+    auth = bearer_auth(token)
+    list_models = models_handler(backend.model_ids)
 
     async def read_body(request: web.Request) -> bytes | web.Response:
         if request.content_length is not None and request.content_length > settings.max_body_bytes:
