@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import re
-import signal
 import sys
 import time
 import uuid
@@ -37,7 +36,8 @@ from aiohttp import web
 
 from router_r1.eval.evaluate import (USER_ERRORS, Pool, Policy, check_checkpoint, fit_context, load_policy, open_pool,
                                      quiet_transformers, tokenize_prompt)
-from router_r1.pool.server import ServerThread, bearer_auth, error_response, models_handler, start_site
+from router_r1.pool.server import (ServerThread, bearer_auth, error_response, models_handler, serve_until_signal,
+                                   start_site)
 from router_r1.prompts import build_router_prompt
 from router_r1.reward.score import RewardConfig
 from router_r1.episodes.manager import RouterConfig, RouterEnv
@@ -370,16 +370,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve_forever(service: RouterService, host: str, port: int, token: str | None) -> None:
-    runner, port = await start_site(make_app(service, token), host, port)
-    print(f"router server listening on http://{host}:{port}/v1 (auth {'on' if token else 'off'})", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    await serve_until_signal(make_app(service, token), host, port,
+                             f"router server listening on {{url}} (auth {'on' if token else 'off'})")
 
 
 if __name__ == "__main__":

@@ -444,10 +444,10 @@ def _build_backend(args: argparse.Namespace) -> Backend:
         raise SystemExit(str(e)) from None
 
 
-async def _serve_forever(backend: Backend, args: argparse.Namespace, token: str | None, faults: FaultConfig) -> None:
-    app = make_app(backend, token, faults, ServerSettings(read_timeout_s=args.read_timeout_s))
-    runner, port = await start_site(app, args.host, args.port)
-    print(f"pool server listening on http://{args.host}:{port}/v1", flush=True)
+async def serve_until_signal(app: web.Application, host: str, port: int, banner: str) -> None:
+    """Serve `app` until SIGINT or SIGTERM; prints `banner` with {url} filled in once it listens."""
+    runner, port = await start_site(app, host, port)
+    print(banner.format(url=f"http://{host}:{port}/v1"), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -456,6 +456,11 @@ async def _serve_forever(backend: Backend, args: argparse.Namespace, token: str 
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+async def _serve_forever(backend: Backend, args: argparse.Namespace, token: str | None, faults: FaultConfig) -> None:
+    app = make_app(backend, token, faults, ServerSettings(read_timeout_s=args.read_timeout_s))
+    await serve_until_signal(app, args.host, args.port, "pool server listening on {url}")
 
 
 def main(argv: list[str] | None = None) -> None:
