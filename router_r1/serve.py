@@ -36,7 +36,7 @@ from aiohttp import web
 
 from router_r1.eval.evaluate import (USER_ERRORS, Pool, Policy, check_checkpoint, fit_context, load_policy, open_pool,
                                      quiet_transformers, tokenize_prompt)
-from router_r1.pool.server import (ServerThread, bearer_auth, error_response, models_handler, serve_until_signal,
+from router_r1.pool.server import (ServerThread, bearer_auth, content_text, error_response, models_handler, serve_until_signal,
                                    start_site)
 from router_r1.prompts import build_router_prompt
 from router_r1.reward.score import RewardConfig
@@ -117,7 +117,7 @@ class RouterService:
         if not users:
             raise BadRequest("'messages' holds no user message (the question)", "messages")
         i, last = users[-1]
-        question = _text(last.get("content"), i)
+        question = content_text(last.get("content"), i)
         if not question.strip():
             raise BadRequest(f"messages[{i}].content is empty", f"messages[{i}].content")
         if body.get("n", 1) != 1:
@@ -179,15 +179,6 @@ class RouterService:
 
     async def aclose(self) -> None:
         await self.pool.client.aclose()  # the HTTP clients this loop opened
-
-
-def _text(content: object, i: int) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
-                                         and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)
-    raise BadRequest(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
 
 
 def no_answer_error(done: Answered, ext: dict) -> web.Response:

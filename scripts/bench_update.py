@@ -268,12 +268,7 @@ def lora_main(args, spec: dict, data: DataProto, lengths: torch.Tensor) -> dict:
             ("log-prob peak GiB", "log_prob_peak_gib", "{:.1f}")]
     print(f"\n{args.shape} ({full['params'] / 1e9:.2f}B params), {args.rows} rows, {tokens:,} real tokens; "
           f"variant {variant}")
-    print(f"{'':22}{'full':>14}{lora_run['name']:>14}{'ratio':>9}")
-    for label, key, fmt in rows:
-        a, b = full.get(key), lora_run.get(key)
-        cell = lambda v: fmt.format(v) if v is not None else "-"  # noqa: E731
-        ratio = f"{b / a:.2f}x" if a and b is not None else "-"
-        print(f"{label:22}{cell(a):>14}{cell(b):>14}{ratio:>9}")
+    print_side_by_side(rows, ("full", full), (lora_run["name"], lora_run))
     for key in ("update_tokens_per_s", "update_peak_gib", "train_state_gib"):
         if full.get(key) and lora_run.get(key) is not None:
             result[f"ratio_{key}"] = lora_run[key] / full[key]
@@ -287,6 +282,17 @@ def write(result: dict, path: str | None) -> None:
             json.dump(result, f, indent=1, default=str)
         print(f"wrote {path}")
 
+
+
+def print_side_by_side(rows: list[tuple[str, str, str]], left: tuple[str, dict], right: tuple[str, dict]) -> None:
+    """One table line per (label, key, format): the two runs' values and right / left."""
+    (a_name, a_run), (b_name, b_run) = left, right
+    print(f"{'':22}{a_name:>14}{b_name:>14}{'ratio':>9}")
+    for label, key, fmt in rows:
+        a, b = a_run.get(key), b_run.get(key)
+        cell = lambda v: fmt.format(v) if v is not None else "-"  # noqa: E731
+        ratio = f"{b / a:.2f}x" if a and b is not None else "-"
+        print(f"{label:22}{cell(a):>14}{cell(b):>14}{ratio:>9}")
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
@@ -356,12 +362,7 @@ def main(argv=None) -> dict:
             ("log-prob peak GiB", "log_prob_peak_gib", "{:.1f}")]
     print(f"\n{args.shape} ({params / 1e9:.2f}B params), {args.rows} rows, {tokens:,} real of "
           f"{result['padded_tokens']:,} padded tokens; ours = {best['variant']}")
-    print(f"{'':22}{'reference':>14}{'ours':>14}{'ratio':>9}")
-    for label, key, fmt in rows:
-        a, b = ref.get(key), best.get(key)
-        cell = lambda v: fmt.format(v) if v is not None else "-"  # noqa: E731
-        ratio = f"{b / a:.2f}x" if a and b is not None else "-"
-        print(f"{label:22}{cell(a):>14}{cell(b):>14}{ratio:>9}")
+    print_side_by_side(rows, ("reference", ref), ("ours", best))
     print(f"log-prob |ref - ours|: max {max_diff:.3g}, mean {mean_diff:.3g}")
     write(result, args.out)
     return result

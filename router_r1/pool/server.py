@@ -182,7 +182,7 @@ def parse_chat_request(body: object) -> ChatRequest:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise BadRequest(f"messages[{i}] must be an object with 'role' one of {list(ROLES)}", f"messages[{i}].role")
-        clean.append({"role": m["role"], "content": _content_text(m.get("content"), i)})
+        clean.append({"role": m["role"], "content": content_text(m.get("content"), i)})
     if body.get("stream"):
         raise BadRequest("streaming is not supported by this server", "stream")
     if body.get("n", 1) != 1:
@@ -203,8 +203,8 @@ def parse_chat_request(body: object) -> ChatRequest:
     return ChatRequest(model, clean, float(temperature), max_tokens, seed)
 
 
-def _content_text(content: object, i: int) -> str:
-    # OpenAI allows a string or a list of parts; only text parts are meaningful here
+def content_text(content: object, i: int) -> str:
+    """messages[i].content as text: OpenAI allows a string or a list of parts; only text parts mean anything here."""
     if isinstance(content, str):
         return content
     if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
