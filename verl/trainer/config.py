@@ -8,7 +8,6 @@ at start, naming it; `check_env_config` does the same for `env` against the envi
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -19,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import II, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from verl.trainer.env_interface import import_factory
 from verl.workers.config import ActorConfig, CriticConfig, ModelConfig, RefConfig
 
 
@@ -172,14 +172,7 @@ def register_configs(config_dir: str | Path = CONFIG_DIR) -> None:
 
 def env_config_class(factory: str) -> type | None:
     """The dataclass of an environment's section: `config_class` on its factory function (None if it has none)."""
-    module_name, _, attr = str(factory).partition(":")
-    if not attr:
-        raise ValueError(f"env.factory must look like 'package.module:function', got {factory!r}")
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"env.factory {factory!r} cannot be imported: {e}") from e
-    return getattr(fn, "config_class", None)
+    return getattr(import_factory(factory), "config_class", None)
 
 
 def check_env_config(cfg: DictConfig) -> DictConfig:

@@ -50,13 +50,17 @@ class Env(Protocol):
     # runs it on every row at load time (main_ppo passes it when the env has one).
 
 
-def load_env(factory: str, env_cfg: Any, tokenizer) -> Env:
-    """Import "package.module:function" and call it with (env_cfg, tokenizer)."""
-    module_name, _, attr = factory.partition(":")
+def import_factory(factory: str) -> Callable:
+    """The function a "package.module:function" string names; ValueError naming it otherwise."""
+    module_name, _, attr = str(factory).partition(":")
     if not attr:
         raise ValueError(f"env.factory must look like 'package.module:function', got {factory!r}")
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
+        return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"env.factory {factory!r} cannot be imported: {e}") from e
-    return fn(env_cfg, tokenizer)
+
+
+def load_env(factory: str, env_cfg: Any, tokenizer) -> Env:
+    """Import "package.module:function" and call it with (env_cfg, tokenizer)."""
+    return import_factory(factory)(env_cfg, tokenizer)
