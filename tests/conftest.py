@@ -1,5 +1,6 @@
 """Fixtures shared by the test modules."""
 import pytest
+import torch
 
 from verl.utils.tiny import tiny_tokenizer
 
@@ -9,3 +10,13 @@ def tok():
     """The tiny BPE tokenizer (routing tags as added tokens) that most tests encode with; a module that needs
     another one defines its own `tok`."""
     return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module (`pytestmark = pytest.mark.usefixtures("one_thread")`): tiny matmuls on a
+    shared 2-core box, where thread hand-off costs more than the work."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -25,12 +25,7 @@ SPEC = dict(model_type="llama", vocab_size=V, hidden_size=32, intermediate_size=
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give on 2 cores
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_batch(n=8, prompt_len=6, resp_len=8, seed=0, vocab=(3, V)):

@@ -23,12 +23,7 @@ from verl.workers.model_loader import load_model
 LORA = LoraConfig(rank=4, alpha=8.0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_actor(lora=LORA, cls=ActorWorker, **kw):

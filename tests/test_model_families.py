@@ -22,12 +22,7 @@ LLAMA32 = dict(COMMON, model_type="llama", head_dim=16, tie_word_embeddings=True
 FAMILIES = {"qwen3": QWEN3, "llama3.2": LLAMA32}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(spec: dict, vocab: int, seed: int = 0):

@@ -3,7 +3,6 @@ import asyncio
 import threading
 
 import pytest
-import torch
 
 from test_rollout_hf import prompts_of
 from tiny import tiny_model
@@ -11,12 +10,7 @@ from verl.workers.rollout.base import AsyncRolloutBackend, BatchedAsync, GenOutp
 from verl.workers.rollout.hf_rollout import HFRollout
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

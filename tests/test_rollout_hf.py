@@ -13,13 +13,7 @@ TEXTS = ["a", "The quick brown fox", "<think>Ask a bigger model.</think>",
          "Question: which river is the longest in Europe? Answer:", "10:30"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # tiny matmuls on a shared 2-core box: thread hand-off costs more than the work
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def prompts_of(tok, texts=TEXTS):

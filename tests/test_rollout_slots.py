@@ -23,12 +23,7 @@ from verl.workers.rollout.static_rollout import StaticRollout
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def slots(model, tok, n_slots, **kw):

@@ -13,12 +13,7 @@ from verl.workers.rollout.hf_rollout import HFRollout
 from verl.workers.rollout.static_rollout import StaticRollout, sample_and_logprob, sample_from_uniform
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("kind,extra", [("llama", {}), ("qwen2", {}),

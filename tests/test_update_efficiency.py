@@ -23,12 +23,7 @@ QWEN = dict(model_type="qwen2", vocab_size=V, hidden_size=32, intermediate_size=
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_batch(n=6, prompt_len=7, resp_len=9, seed=0):
