@@ -1,0 +1,75 @@
+"""Every relative link in README.md and the docs/ pages points to a file (and heading) that exists, and every
+path under docs/results/ or scripts/ that a page names exists: moving or trimming a file breaks this test."""
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+# a repo path named in prose or code spans: docs/results/... or scripts/..., up to a space, quote or bracket;
+# not one a command is told to write (--out PATH, > PATH)
+NAMED = re.compile(r"(?<![\w/.-])(?<!--out )(?<!--out=)(?<!> )((?:docs/results|scripts)/[\w./*-]*[\w*])")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    lines, fenced = [], False
+    for line in page.read_text().splitlines():
+        fenced ^= line.lstrip().startswith("```")
+        if not fenced and re.match(r"#{1,6} ", line):
+            lines.append(slug(line.lstrip("#")))
+    return set(lines)
+
+
+def links(page: Path):
+    for n, line in enumerate(page.read_text().splitlines(), 1):
+        for m in LINK.finditer(line):
+            yield n, m.group(1) or m.group(2)
+
+
+def rel(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_relative_links_resolve(page):
+    bad = []
+    for n, target in links(page):
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            bad.append(f"{rel(page)}:{n}: {target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{rel(page)}:{n}: {target} (no heading #{anchor} in {dest.name})")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_named_result_and_script_paths_exist(page):
+    bad = []
+    for n, line in enumerate(page.read_text().splitlines(), 1):
+        for m in NAMED.finditer(line):
+            path = m.group(1).rstrip(".")
+            if "<" in path or not list(ROOT.glob(path)):
+                bad.append(f"{rel(page)}:{n}: {path}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_a_broken_link(tmp_path):
+    """The checks above can fail: a page with a dead link, a dead anchor and a dead named path."""
+    page = tmp_path / "p.md"
+    page.write_text("# Top\n[ok](#top) [gone](missing.md) [bad anchor](p.md#nowhere) `scripts/no_such.py`\n"
+                    "python scripts/x.py --out docs/results/new.json\n")
+    found = [t for _, t in links(page)]
+    assert found == ["#top", "missing.md", "p.md#nowhere"]
+    assert anchors(page) == {"top"} and slug("Where we differ: the `reference`!") == "where-we-differ-the-reference"
+    assert [m.group(1) for m in NAMED.finditer(page.read_text())] == ["scripts/no_such.py", "scripts/x.py"]
