@@ -1,5 +1,8 @@
-"""Smoke runs of the analysis scripts (scripts/) on the records under docs/results, as their run.sh files call them."""
+"""Smoke runs of the analysis scripts (scripts/) on the records under docs/results, as their run.sh files and READMEs call
+them, or on tiny data a test makes; each checks what the script printed or wrote."""
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +53,60 @@ def test_diagnose_failures(tmp_path):
     out = script("diagnose_failures.py", path)
     assert "== guess: 6 questions, EM 0.000" in out and "no_route 6" in out
     assert "won 6" in out and "EM difference +1.000" in out
+
+
+POOL, GEMMA = ROOT / "docs/results/pool_batching_cpu/runs", ROOT / "docs/results/h200/pipeline_gemma_s4"
+
+
+def _eval_summary(wall_s: float, failed: int) -> dict:
+    overall = {"pool_errors": {"deadline": failed} if failed else {}, "pool_calls": 2, "pool_failed": failed,
+               "pool_latency_p50_s": 1.5, "pool_latency_p95_s": 2.5, "f1": 0.25, "cost_1e6_usd": 1.0}
+    return {"runs": [{"wall_s": wall_s, "overall": overall}]}
+
+
+def test_pool_batching_table_on_the_record():
+    """The README's table and reply check, from the summaries and trajectories kept in runs/."""
+    lines = script("pool_batching_table.py").splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[1:-1]}
+    assert set(rows) == {p.name for p in POOL.iterdir()} and len(rows) == 6
+    assert rows["before_patient"][1:4] == ["248.5", "60", "0"] and rows["after_patient"][1] == "129.4"
+    assert rows["before_default"][3:6] == ["41", "deadline", "41"]
+    assert lines[-1] == "before_patient vs after_patient: 60 of 60 pool replies identical"
+
+
+def test_pool_batching_table_counts_a_changed_reply(tmp_path):
+    for run, wall, failed, replies in (("before_patient", 9.0, 0, ["a", "b", "c"]),
+                                       ("after_patient", 4.5, 1, ["a", "B", "c"])):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "summary.json").write_text(json.dumps(_eval_summary(wall, failed)))
+        (tmp_path / run / "trajectories.jsonl").write_text(
+            "".join(json.dumps({"uid": f"q{i}", "turns": [{"information": r}]}) + "\n" for i, r in enumerate(replies)))
+    lines = script("pool_batching_table.py", tmp_path).splitlines()
+    assert lines[1].split() == ["after_patient", "4.5", "2", "1", "deadline", "1", "1.5", "2.5", "0.250", "1.000"]
+    assert lines[-1] == "before_patient vs after_patient: 2 of 3 pool replies identical"
+
+
+def test_summarize_gemma_h200_reproduces_its_summary(tmp_path):
+    """Run on a copy of the record's inputs: the tables it prints are the recorded summary.txt, and it draws the plot."""
+    for name in ("ppo_alpha0_metrics.jsonl", "ppo_alpha0.6_metrics.jsonl", "eval_hf_trajectories.jsonl.gz"):
+        shutil.copy(GEMMA / name, tmp_path / name)
+    out = script("summarize_gemma_h200.py", tmp_path).splitlines()
+    recorded = (GEMMA / "summary.txt").read_text().splitlines()
+    assert out[:-1] == recorded[:-1] and "the 127 questions clean in every run" in "\n".join(out)
+    assert (tmp_path / "val_curves.png").stat().st_size > 10_000
+
+
+def test_diag_attention_kernels_on_cpu():
+    """The tiny model on the CPU: the device's fp32 path is the reference itself, bf16 is close but not equal,
+    kernels the CPU lacks are reported as refused, and greedy decoding in fp32 matches token for token."""
+    out = script("diag_attention_kernels.py", "--device", "cpu", "--tiny")
+    stats = {}
+    for line in out.splitlines():
+        m = re.match(r"(.+?)\s+max\|dlogit\|\s+(\S+)\s+mean KL (\S+)\s+argmax agree (\S+)", line)
+        if m:
+            stats[m.group(1)] = tuple(map(float, m.groups()[1:]))
+    assert stats["cpu fp32 default"] == (0.0, 0.0, 1.0)
+    dlogit, kl, agree = stats["cpu bf16-autocast MATH"]
+    assert 0 < dlogit < 0.5 and 0 <= kl < 1e-3 and agree > 0.8
+    assert "train-mode bf16 MATH" in stats and "refused: RuntimeError" in out
+    assert re.search(r"generate cpu torch.float32\s+tokens equal to cpu: 8/8", out)

@@ -1,12 +1,15 @@
-"""The table of README.md from runs/*/summary.json, and whether two runs got the same pool replies.
+"""The table of docs/results/pool_batching_cpu/README.md from RUNS_DIR/*/summary.json, and whether the two
+patient runs (before and after batching) got the same pool replies.
 
-    python docs/results/pool_batching_cpu/compare.py [RUNS_DIR]
+    python scripts/pool_batching_table.py [RUNS_DIR]      # default docs/results/pool_batching_cpu/runs
 """
+import gzip
 import json
 import sys
 from pathlib import Path
 
-runs = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "runs")
+runs = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[1]
+            / "docs/results/pool_batching_cpu/runs")
 print(f"{'run':16} {'wall s':>7} {'calls':>5} {'failed':>6} {'errors':18} {'p50 s':>6} {'p95 s':>6} {'F1':>6} "
       f"{'cost 1e-6$':>10}")
 for d in sorted(runs.iterdir()):
@@ -18,7 +21,9 @@ for d in sorted(runs.iterdir()):
 
 
 def replies(run):
-    recs = [json.loads(x) for x in (runs / run / "trajectories.jsonl").read_text().splitlines()]
+    path = runs / run / "trajectories.jsonl"
+    text = path.read_text() if path.exists() else gzip.open(f"{path}.gz", "rt").read()  # the record keeps it gzipped
+    recs = [json.loads(x) for x in text.splitlines()]
     return {r["uid"]: r["turns"][0]["information"] for r in recs}
 
 

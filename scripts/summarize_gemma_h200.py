@@ -1,15 +1,17 @@
-"""Tables and a plot from this directory's records of the fourth-session Gemma 3 270M run on the H200.
+"""Tables and a plot from the records of the fourth-session Gemma 3 270M run on the H200
+(docs/results/h200/pipeline_gemma_s4: its summary.txt and val_curves.png were made by this script).
 
-    python docs/results/h200/pipeline_gemma_s4/summarize.py      # prints the tables, writes val_curves.png
+    python scripts/summarize_gemma_h200.py [DIR]     # prints the tables, writes DIR/val_curves.png
 
 1. The validation passes inside training (200 val questions, greedy, hf_static: the backend the runs
    trained with) at steps 0, 10, ..., 40 of both runs: EM, format, cost, calls per model.
 2. The separate test evaluation (300 questions) ran with the plain hf backend, which on the H200 wrote a
-   wrong first token in the first chunk of each generate call (see the README). Its table is given
+   wrong first token in the first chunk of each generate call (see docs/results/h200/README.md). Its table is given
    whole and on the questions none of whose turns, in any run, starts with anything but a tag.
 """
 import gzip
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "docs/results/h200/pipeline_gemma_s4"
 RUNS = {"alpha 0": "ppo_alpha0", "alpha 0.6": "ppo_alpha0.6"}
 MODELS = ("Mixtral-8x22B-Instruct", "LLaMA-3.1-70B-Instruct", "Mistral-7B-Instruct", "Qwen2.5-7B-Instruct")
 
