@@ -15,6 +15,7 @@ varlen (torch.nn.attention.varlen) on CUDA, one sdpa call per sequence elsewhere
 from __future__ import annotations
 
 import inspect
+import json
 import os
 
 import torch
@@ -130,7 +131,15 @@ AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)  # padded batches g
 
 
 def _config_and_source(spec) -> tuple:
-    """(config, pretrained source kwargs or None for a random init)."""
+    """(config, pretrained source kwargs or None for a random init). A config may come as a dict,
+    inline JSON or a .json file (what `verl.trainer.sft --model` takes)."""
+    text = str(spec) if isinstance(spec, (str, os.PathLike)) else ""
+    if text.lstrip().startswith("{") or (text.endswith(".json") and os.path.isfile(text)):
+        raw = text if text.lstrip().startswith("{") else open(text).read()
+        try:
+            spec = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"model spec {text[:80]!r}: not valid JSON ({e})") from e
     if isinstance(spec, dict):
         if "model_type" not in spec:
             raise ValueError(f"model spec dict needs a 'model_type' field; got keys {sorted(spec)}")
