@@ -73,3 +73,13 @@ def test_the_checker_sees_a_broken_link(tmp_path):
     assert found == ["#top", "missing.md", "p.md#nowhere"]
     assert anchors(page) == {"top"} and slug("Where we differ: the `reference`!") == "where-we-differ-the-reference"
     assert [m.group(1) for m in NAMED.finditer(page.read_text())] == ["scripts/no_such.py", "scripts/x.py"]
+
+
+def test_ci_runs_the_test_command_the_readme_gives():
+    """.ci/run's last command is, byte for byte, a line of a code block of README.md's "Set up"."""
+    ci = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    readme = (ROOT / "README.md").read_text()
+    setup = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", setup, re.S)
+    assert ci[-1].startswith("pip install") and "pytest" in ci[-1]
+    assert any(ci[-1] in block.splitlines() for block in blocks), ci[-1]
