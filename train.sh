@@ -8,7 +8,7 @@
 # The embedded default, step by step (outputs under $OUT, default outputs/embedded):
 #   1. noisy oracle trajectories from the simulated world, the BPE tokenizer, the model config
 #   2. the simulated QA data (train/val/test parquet) with the same prompt template
-#   3. supervised warm start on the oracle trajectories (verl.trainer.sft)
+#   3. supervised warm start on the oracle trajectories (the same trainer, trainer.mode=sft: configs/sft.yaml)
 #   4. the simulated pool server on a free loopback port
 #   5. PPO against the pool, then both models evaluated on the held-out test questions
 # Stages 1-3 can be shared: SFT_ONLY=1 stops after them, SFT_FROM=DIR skips them and starts
@@ -55,9 +55,11 @@ $PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/
   --train-size 2000 --val-size 100 --test-size 300
 
 stage "3/5 supervised warm start"
-$PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$OUT/oracle/model.json" \
-  --tokenizer "$OUT/oracle/tokenizer" --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr 5e-3 --batch-size 16 \
-  --context-loss-weight 1.0 ${SFT_TIME_LIMIT:+--time-limit-s $SFT_TIME_LIMIT} ${SFT_MAX_STEPS:+--max-steps $SFT_MAX_STEPS}
+$PY -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$OUT/oracle/oracle.parquet]" \
+  "model.path=$OUT/oracle/model.json" "model.tokenizer=$OUT/oracle/tokenizer" \
+  "trainer.output_dir=$OUT/sft" "trainer.hf_dir=$OUT/sft" trainer.resume=none trainer.total_epochs="$SFT_EPOCHS" \
+  trainer.total_steps="${SFT_MAX_STEPS:-null}" trainer.time_limit_s="${SFT_TIME_LIMIT:-null}" \
+  actor.lr=5e-3 data.train_batch_size=16 actor.sft_context_loss_weight=1.0
 cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"  # infer.py prompts as in training
 [ -n "${SFT_ONLY:-}" ] && { stage "done: SFT model $OUT/sft"; exit 0; }
 else

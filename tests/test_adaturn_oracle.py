@@ -10,7 +10,7 @@ from router_r1.prompts import budget_exhausted_message, budget_text
 from router_r1.actions import parse_action
 from router_r1.reward.format import check_format
 from tiny import tiny_tokenizer
-from verl.trainer.sft import tokenize_example
+from verl.trainer.sft_data import tokenize_example
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
 TEMPLATE = "Route or answer.\n{budget}Question: {question}\n"

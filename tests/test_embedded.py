@@ -27,7 +27,7 @@ from router_r1.reward.qa_em import em_score, extract_answer, normalize_answer
 from router_r1.reward.score import RewardConfig
 from router_r1.episodes.manager import RouterConfig, RouterEnv
 from verl.trainer.dataset import PromptRow
-from verl.trainer.sft import load_rows, prompt_ids, tokenize_example
+from verl.trainer.sft_data import load_rows, prompt_ids, tokenize_example
 from verl.workers.model_loader import load_model
 from verl.workers.rollout.base import GenOutput, SamplingParams
 

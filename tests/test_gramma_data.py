@@ -6,7 +6,7 @@ from data_process import kg_oracle, kg_synth
 from data_process.schema import validate_row
 from gramma.graph import KnowledgeGraph
 from verl.trainer.dataset import PromptDataset, to_python
-from verl.trainer.sft import check_row, tokenize_example
+from verl.trainer.sft_data import check_row, tokenize_example
 
 SMALL = ["--countries", "3", "--cities", "5", "--companies", "3", "--teams", "2", "--persons", "16", "--friends", "2"]
 

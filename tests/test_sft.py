@@ -1,4 +1,5 @@
-"""Supervised fine-tuning: data checks, masks, loss, batching, and a short real run."""
+"""Supervised fine-tuning (trainer.mode=sft through `python -m verl.trainer.sft`): data checks, masks, loss,
+batching, and short real runs."""
 import json
 
 import pandas as pd
@@ -7,8 +8,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from data_process.sim_oracle import main as oracle_main
-from verl.trainer.sft import (SFTDataError, collate, evaluate_loss, length_batches, load_rows, main as sft_main,
-                              masked_lm_loss, token_nll, tokenize_example, tokenize_rows)
+from verl.algos.losses import masked_lm_loss, token_nll
+from verl.trainer.config import load_run_config
+from verl.trainer.sft import main as sft_main
+from verl.trainer.sft_data import (Example, SFTDataError, collate, evaluate_loss, length_batches, load_rows,
+                                   tokenize_example, tokenize_rows)
 from verl.workers.model_loader import load_model
 from verl.workers.rollout.base import SamplingParams
 from verl.workers.rollout.hf_rollout import HFRollout
@@ -57,7 +61,6 @@ def test_length_batches_cover_every_row_once_in_length_buckets():
 
 
 def test_collate_right_pads_and_keeps_masks():
-    from verl.trainer.sft import Example
     ids, attn, mask = collate([Example([5, 6, 7], [0, 1, 1]), Example([8], [1])], pad_id=0)
     assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
     assert attn.tolist() == [[1, 1, 1], [1, 0, 0]]
@@ -75,7 +78,7 @@ def test_bad_rows_are_named(tmp_path, tok):
     mismatched = [{**good, "response_text": "something else"}]
     with pytest.raises(SFTDataError, match=r"row 0: field 'response_text'"):
         tokenize_rows(tok, mismatched, 512, "x")
-    with pytest.raises(SFTDataError, match=r"row 0: \d+ tokens > --max-length 3"):
+    with pytest.raises(SFTDataError, match=r"row 0: \d+ tokens > data.sft_max_length 3"):
         tokenize_rows(tok, [good], 3, "x")
     with pytest.raises(SFTDataError, match="line 2 is not JSON"):
         (tmp_path / "broken.jsonl").write_text(json.dumps(good) + "\n{oops\n")
@@ -111,9 +114,17 @@ def test_sft_lowers_the_loss_and_saves_a_loadable_model(tmp_path, oracle, tok):
     after = evaluate_loss(model, examples, tok.pad_token_id)
     assert after < 0.6 * before, (before, after)
     log = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert log[-1]["step"] == 40 and log[-1]["tokens_per_s"] > 0 and log[-1]["context_loss"] is not None
+    assert [r["step"] for r in log] == list(range(1, 41))  # every step, as PPO logs
+    assert log[-1]["timing/tokens_per_s"] > 0 and log[-1]["actor/context_loss"] > 0
     summary = json.loads((out / "sft_summary.json").read_text())
     assert summary["steps"] == 40 and summary["final_loss"] < summary["first_loss"]
+    # the trainer's checkpoint (manifest last) and the resolved run config beside the model; the run config
+    # names no env, so evaluation never takes an episode shape from an SFT model
+    from verl.trainer import checkpoint
+    assert checkpoint.verify(out / "checkpoints" / "step_000040")["step"] == 40
+    run = load_run_config(out)
+    assert run.trainer.mode == "sft" and run.trainer.total_steps == 40 and run.env is None
+    assert run.actor.lr == 5e-3 and run.actor.sft_context_loss_weight == 1.0 and run.data.train_batch_size == 8
 
     # the saved dir is what PPO loads (model.path=DIR, model.tokenizer=DIR) and it generates
     again = AutoTokenizer.from_pretrained(out)
@@ -156,18 +167,18 @@ def test_cli_errors_are_clear(tmp_path, oracle, capsys):
 
 def test_a_diverging_run_skips_bad_steps_then_stops_without_saving(tmp_path, oracle, capsys, monkeypatch):
     """Non-finite gradients: the update is skipped (weights stay finite); ten in a row end the run, named, unsaved."""
-    import verl.trainer.sft as sft
+    import verl.workers.actor as actor
 
     out = tmp_path / "sft"
-    real = sft.batch_losses
+    real = actor.token_nll
     calls = []
 
     def poisoned(*args, **kw):  # steps 3.. produce a NaN loss, as a bf16 overflow would
-        loss, context = real(*args, **kw)
+        nll = real(*args, **kw)
         calls.append(1)
-        return (loss * float("nan"), context) if len(calls) >= 3 else (loss, context)
+        return nll * float("nan") if len(calls) >= 3 else nll
 
-    monkeypatch.setattr(sft, "batch_losses", poisoned)
+    monkeypatch.setattr(actor, "token_nll", poisoned)
     seen = []
     monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: seen.append(
         all(torch.isfinite(p.grad).all() for g in self.param_groups for p in g["params"] if p.grad is not None)))

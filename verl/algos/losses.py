@@ -138,3 +138,19 @@ def entropy_from_logits(logits: torch.Tensor, chunk_rows: int = 1024) -> torch.T
         lg = lg.float()  # (rows, vocab)
         out.append(torch.logsumexp(lg, dim=-1) - (torch.softmax(lg, dim=-1) * lg).sum(dim=-1))
     return torch.cat(out).reshape(logits.shape[:-1])
+
+
+def token_nll(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """SFT: nll[:, t] = -log p(ids[:, t] | ids[:, :t]), (batch, seq); position 0 has no prediction and gets 0."""
+    batch, seq, vocab = logits.shape
+    # Predict every position from the one before; the last logit predicts nothing. Working
+    # on the full contiguous logits avoids copying the largest tensor of the step.
+    target = torch.cat([ids[:, 1:], ids[:, :1]], dim=1)  # (batch, seq); the wrapped last column is masked
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab).float(), target.reshape(-1), reduction="none")
+    nll = nll.view(batch, seq)[:, :-1]  # (batch, seq-1): nll of ids[:, 1:]
+    return torch.nn.functional.pad(nll, (1, 0))  # (batch, seq)
+
+
+def masked_lm_loss(logits: torch.Tensor, ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """SFT: token-mean cross-entropy of the tokens with loss_mask == 1 (each predicted from the ones before)."""
+    return masked_mean(token_nll(logits, ids), loss_mask)

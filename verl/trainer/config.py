@@ -37,6 +37,8 @@ class DataConfig:
     seed: int = 42  # fixes the data order; a resumed run sees the same order
     train_limit: Optional[int] = None  # use only the first N training rows (debugging)
     val_limit: Optional[int] = None  # use only the first N validation rows
+    sft_files: list[str] = field(default_factory=list)  # trainer.mode=sft: parquet or JSONL files of rows with `prompt` (chat messages) and `segments` ([{text, by_policy}]); steps draw data.train_batch_size rows in length buckets
+    sft_max_length: int = 1024  # trainer.mode=sft: longest prompt + segments in tokens; a longer row is an error naming it
 
 
 @dataclass
@@ -113,14 +115,18 @@ class AlgorithmConfig:
 class TrainerConfig:
     """`trainer`: the loop, checkpoints, logging and launch."""
 
-    total_steps: int = 4  # N steps = N updates; the last step is always saved
+    mode: str = "ppo"  # ppo (rollout, reward, RL update) | sft (supervised: the next-token loss on data.sft_files' policy tokens, the same actor worker, checkpoints and logging)
+    total_steps: Optional[int] = 4  # N steps = N updates; the last step is always saved. null: total_epochs decides
+    total_epochs: Optional[int] = None  # passes over the training data (ppo: full data.train_batch_size batches; sft: length buckets, the last one short); with total_steps set, the smaller count
+    time_limit_s: Optional[float] = None  # stop after the step that passes S seconds of training; it is saved and exported as the last (a safety net)
     save_freq: int = 2  # save every N steps (0 = only the last)
     test_freq: int = 2  # validate every N steps (0 = only the last); also before step 1 if val_before_train
     val_before_train: bool = True  # validate once before training
     output_dir: str = "outputs/smoke"  # checkpoints, metrics.jsonl, curves.png, hf/ and the run's config.yaml
     resume: str = "auto"  # auto (latest complete checkpoint in output_dir) | none | a step directory
     max_checkpoints: int = 3  # keep the newest N checkpoints (0 = all)
-    export_hf: bool = True  # write the final actor as an HF model under output_dir/hf
+    export_hf: bool = True  # write the final actor as an HF model (with its tokenizer and run_config.yaml) to hf_dir
+    hf_dir: Optional[str] = None  # where export_hf writes; null: output_dir/hf
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # console | jsonl | wandb
     project_name: str = "router-r1"  # wandb project
     experiment_name: str = "smoke"  # wandb run name and plot title

@@ -1,4 +1,6 @@
-"""The PPO controller: one step = rollout -> reward -> log-probs -> values -> advantages -> updates.
+"""The controller: one PPO step = rollout -> reward -> log-probs -> values -> advantages -> updates;
+with trainer.mode=sft one step = one length-bucketed batch of data.sft_files -> the actor's update_sft
+(`sft_step`), through the same loop, checkpoints and logging.
 
 Read `step()` top to bottom; everything else is bookkeeping (validation, checkpoints,
 logging). With trainer.off_policy_steps=1 the next step's rollout (generation and pool calls)
@@ -32,6 +34,7 @@ from verl.trainer.batching import pad_trajectories
 from verl.trainer.config import save_run_config
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env_interface import Env, RolloutResult
+from verl.trainer.sft_data import SFTSet, collate
 from verl.trainer.tracking import Tracker, plot_curves, timer, trim_jsonl
 from verl.workers.fsdp import CheckpointError
 from verl.workers.rollout.base import AsyncRolloutBackend, GenOutput, SamplingParams
@@ -144,10 +147,20 @@ def _pick(results: list[RolloutResult], idx: list[int]) -> RolloutResult:
                          {k: column(lambda r, k=k: r.info[k]) for k in results[0].info})
 
 
+MAX_BAD_STEPS = 10  # consecutive steps with a non-finite gradient (updates skipped) before a run gives up
+
+
+class TrainingDivergedError(RuntimeError):
+    """MAX_BAD_STEPS steps in a row had non-finite gradients (their updates were skipped); nothing more is saved."""
+
+
 class PPOTrainer:
-    def __init__(self, cfg, tokenizer, groups, env: Env, train_set: PromptDataset,
+    """The training loop of both modes: trainer.mode=ppo (`step`) and sft (`sft_step`, env None, train_set an SFTSet)."""
+
+    def __init__(self, cfg, tokenizer, groups, env: Env | None, train_set: PromptDataset | SFTSet,
                  val_set: PromptDataset | None, tracker: Tracker | None, dist=None):
         self.cfg = cfg
+        self.mode = cfg.trainer.get("mode", "ppo")
         self.tokenizer = tokenizer
         self.actor = groups["actor"]
         self.critic = groups.get("critic")
@@ -167,6 +180,9 @@ class PPOTrainer:
         self.decode_s = 0.0  # seconds spent inside generate calls (the rest of a rollout waits for the env)
         self.gen_batches = 0  # prompt batches drawn so far; dynamic sampling may draw several per step
         self.rollout_imbalance = None  # max/mean of the ranks' summed load hints, when balanced
+        self.sft_tokens = 0  # sft: real tokens trained on so far
+        self.sft_losses: list[float] = []  # sft: this process's per-step policy-token losses (sft_summary.json)
+        self.stopped = "done"  # why fit ended: done, or the time limit
         self.off_policy_steps = int(cfg.trainer.off_policy_steps)
         if self.off_policy_steps not in (0, 1):
             raise ValueError(f"trainer.off_policy_steps must be 0 or 1, got {self.off_policy_steps}")
@@ -438,6 +454,22 @@ class PPOTrainer:
             metrics["timing/ahead_done_at_update_end"] = float(self._ahead.done())
         return metrics
 
+    def sft_step(self) -> dict[str, float]:
+        """trainer.mode=sft: one update on the next length-bucketed batch of data.sft_files."""
+        start = time.perf_counter()
+        epoch, examples = self.train_set.batch_at(self.global_step)
+        ids, attn, loss_mask = collate(examples, self.tokenizer.pad_token_id)  # each (batch, seq), right-padded
+        batch = DataProto.from_dict({"input_ids": ids, "attention_mask": attn, "response_mask": loss_mask})
+        metrics: dict[str, float] = {}
+        with timer("update_actor", metrics):
+            metrics.update(self.actor.update_sft(batch))
+        metrics["timing/step"] = time.perf_counter() - start
+        tokens = int(attn.sum())
+        self.sft_tokens += tokens
+        metrics.update({"sft/epoch": float(epoch), "sft/tokens": float(self.sft_tokens),
+                        "timing/tokens_per_s": tokens / metrics["timing/step"]})
+        return metrics
+
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:
         """Greedy (when asked) over the whole validation set, the last short batch included."""
@@ -473,7 +505,8 @@ class PPOTrainer:
             # a rollout played ahead is not trained yet: a resumed run plays its rows again (the env's state,
             # e.g. the cost window, has already seen them once)
             ahead = self.join_ahead()
-            state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value, "env": self.env.state_dict(),
+            state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value,
+                     "env": self.env.state_dict() if self.env is not None else {}, "sft_tokens": self.sft_tokens,
                      "gen_batches": self.gen_batches if ahead is None else ahead.gen_batches}
             torch.save(state, step_dir / "trainer_state.pt")
             (step_dir / "trainer_state.json").write_text(json.dumps(
@@ -516,12 +549,14 @@ class PPOTrainer:
         path = step_dir / "trainer_state.pt"
         try:
             state = torch.load(path, weights_only=False)
-            self.env.load_state_dict(state["env"])
+            if self.env is not None:
+                self.env.load_state_dict(state["env"])
         except (Exception, CheckpointException) as e:  # torch's CheckpointException is a BaseException
             raise CheckpointError(f"{path}: cannot read the trainer state ({type(e).__name__}: {e})") from e
         self.global_step = int(state["global_step"])
         self.gen_batches = int(state.get("gen_batches", self.global_step))  # one batch per step before DAPO
         self.kl_ctrl.value = float(state["kl_coef"])  # both controllers keep it as a plain attribute
+        self.sft_tokens = int(state.get("sft_tokens", 0))
 
     def resume(self) -> None:
         """resume=auto: the newest checkpoint that verifies and loads (damaged ones are reported and
@@ -557,20 +592,33 @@ class PPOTrainer:
             self.tracker.log(metrics, step, self.cfg.trainer.total_steps)
 
     def fit(self) -> dict[str, float]:
-        """Train for trainer.total_steps updates; returns the last step's metrics."""
+        """Train for trainer.total_steps updates (or until trainer.time_limit_s); returns the last step's metrics."""
         t = self.cfg.trainer
         self.resume()
         if t.val_before_train and self.global_step == 0:
             self._log(self.validate(), 0)
-        last = {}
-        bar = tqdm(range(self.global_step + 1, t.total_steps + 1), desc="ppo", disable=not self.is_main,
+        last, bad, started = {}, 0, time.perf_counter()
+        bar = tqdm(range(self.global_step + 1, t.total_steps + 1), desc=self.mode, disable=not self.is_main,
                    initial=self.global_step, total=t.total_steps)
         for step in bar:
-            collected, waited = self.next_collected()
-            metrics = self.step(collected=collected, waited_s=waited)
-            metrics["timing/rollout_wait"] = waited  # on-policy: the whole rollout; off-policy: what was not hidden
+            if self.mode == "sft":
+                metrics = self.sft_step()
+            else:
+                collected, waited = self.next_collected()
+                metrics = self.step(collected=collected, waited_s=waited)
+                metrics["timing/rollout_wait"] = waited  # on-policy: the whole rollout; off-policy: what was not hidden
             self.global_step = step
-            is_last = step == t.total_steps
+            bad = bad + 1 if _skipped_update(metrics) else 0
+            if bad >= MAX_BAD_STEPS:
+                self._log(metrics, step)
+                raise TrainingDivergedError(
+                    f"{self.mode} diverged: {bad} steps in a row with a non-finite loss or gradient (up to step {step}, "
+                    f"lr {metrics.get('actor/lr', float('nan')):.3g}); lower actor.lr. Nothing more was saved to "
+                    f"{self.out_dir}")
+            timed_out = t.time_limit_s is not None and time.perf_counter() - started > t.time_limit_s
+            if timed_out:
+                self.stopped = f"time limit {t.time_limit_s:g}s"
+            is_last = step == t.total_steps or timed_out
             if is_last or (t.test_freq and step % t.test_freq == 0):
                 self.join_ahead()
                 metrics.update(self.validate())
@@ -578,8 +626,17 @@ class PPOTrainer:
                 self.join_ahead()
                 self.save()
             self._log(metrics, step)
-            bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
+            if self.mode == "sft":
+                bar.set_postfix(loss=f"{metrics.get('actor/sft_loss', float('nan')):.3f}")
+            else:
+                bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
             last = metrics
+            if self.mode == "sft":
+                self.sft_losses.append(metrics["actor/sft_loss"])
+            if timed_out:
+                break
+        bar.close()
+        train_s = time.perf_counter() - started
         if self.is_main and self.tracker is not None and self.tracker.jsonl_path.exists():
             try:
                 plot_curves(self.tracker.jsonl_path, list(t.plot_keys), self.out_dir / "curves.png",
@@ -587,7 +644,24 @@ class PPOTrainer:
             except ValueError as e:
                 print(f"no plot: {e}")
         if t.export_hf:
-            self.actor.export_hf(str(self.out_dir / "hf"))
+            hf_dir = Path(t.hf_dir) if t.hf_dir else self.out_dir / "hf"
+            self.actor.export_hf(str(hf_dir))
             if self.is_main:
-                save_run_config(self.cfg, self.out_dir / "hf")
+                save_run_config(self.cfg, hf_dir)
+        if self.mode == "sft" and self.is_main:
+            self._write_sft_summary(train_s)
         return last
+
+    def _write_sft_summary(self, train_s: float) -> None:
+        """output_dir/sft_summary.json: steps, first and final loss (mean of the last 10), throughput, why it stopped."""
+        recent = self.sft_losses[-10:]
+        summary = {"steps": self.global_step, "planned_steps": self.cfg.trainer.total_steps,
+                   "examples": len(self.train_set.examples), "first_loss": self.sft_losses[0] if self.sft_losses else None,
+                   "final_loss": sum(recent) / max(1, len(recent)), "tokens": self.sft_tokens,
+                   "tokens_per_s": self.sft_tokens / max(train_s, 1e-9), "train_s": train_s, "stopped": self.stopped}
+        (self.out_dir / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _skipped_update(metrics: dict) -> bool:
+    """Whether an update of this step met a non-finite gradient norm (its optimizer step was skipped)."""
+    return any(k.endswith("/grad_norm") and not math.isfinite(v) for k, v in metrics.items())

@@ -19,6 +19,7 @@ def _plain(v: Any) -> Any:
 
 # The console's compact line: (label, metric keys tried in order, format). The full set goes to JSONL/wandb.
 CONSOLE_FIELDS = (
+    ("loss", ("actor/sft_loss",), ".3f"), ("ctx_loss", ("actor/context_loss",), ".3f"),  # trainer.mode=sft
     ("reward", ("reward/mean",), ".3f"), ("em", ("em/mean",), ".3f"), ("format", ("format_ok/mean",), ".2f"),
     ("cost", ("cost_usd/mean",), ".2e"), ("calls", ("route_count/mean",), ".2f"),
     ("kl", ("actor/reward_kl", "actor/kl_loss"), ".2e"), ("tok/s", ("timing/tokens_per_s",), ".0f"),

@@ -13,7 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verl.algos.logprob import chunked_logprobs
-from verl.algos.losses import agg_loss, entropy_from_logits, kl_loss, logprobs_from_logits, policy_loss
+from verl.algos.losses import agg_loss, entropy_from_logits, kl_loss, logprobs_from_logits, policy_loss, token_nll
+from verl.algos.masked import masked_mean
 from verl.protocol import DataProto
 from verl.single_controller.base import register
 from verl.workers import fsdp
@@ -148,6 +149,41 @@ class ActorWorker(FSDPWorker):
                 kl = kl_loss(logp, ref, mask, cfg.kl_loss_type, cfg.loss_agg_mode)
                 loss = loss + cfg.kl_loss_coef * kl
                 m["kl_loss"] = kl.item()
+            return loss, m
+
+        return self.ppo_update(data, micro_loss, "actor")
+
+    @register("dp")
+    def update_sft(self, data: DataProto) -> dict[str, float]:
+        """trainer.mode=sft: the token-mean next-token loss on the tokens the policy wrote, through the same
+        update loop as PPO. Right-padded rows: input_ids, attention_mask, and response_mask, here aligned
+        with input_ids (batch, seq): 1 on policy tokens. actor.sft_context_loss_weight W adds W x the loss
+        on the other real tokens (prompt, environment text); with several micro-batches each one's context
+        term is weighted by its share of policy tokens, as the policy term is."""
+        cfg = self.config.actor
+        if not self.trainable:
+            raise RuntimeError(f"update_sft called on a worker with role {self.role!r}")
+        if cfg.use_remove_padding:
+            raise ValueError("trainer.mode=sft runs on padded rows: set actor.use_remove_padding=false")
+        weight = cfg.sft_context_loss_weight
+        data = data.select(["input_ids", "attention_mask", "response_mask"])
+
+        def micro_loss(mb: DataProto, mask: torch.Tensor):
+            ids, attn = mb.batch["input_ids"], mb.batch["attention_mask"]
+            with self._autocast():
+                logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, seq, vocab)
+            nll = token_nll(logits, ids)  # (batch, seq)
+            loss = masked_mean(nll, mask)
+            m = {"sft_loss": loss.item()}
+            if weight > 0:
+                # Prompt and environment text repeat names across the sequence (question -> route,
+                # reply -> answer): predicting it trains the copying the policy needs far sooner than
+                # policy tokens alone. RL never trains those tokens, so nothing is lost there.
+                context = attn.bool() & ~mask  # (batch, seq)
+                context[:, 0] = False  # the first token has no prediction
+                context_loss = masked_mean(nll, context)
+                loss = loss + weight * context_loss
+                m["context_loss"] = context_loss.item()
             return loss, m
 
         return self.ppo_update(data, micro_loss, "actor")

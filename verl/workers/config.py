@@ -20,7 +20,7 @@ TINY_MODEL = {"model_type": "llama", "vocab_size": None, "hidden_size": 64, "int
 class ModelConfig:
     """`model`: what the actor, critic and reference load."""
 
-    path: Any = field(default_factory=lambda: dict(TINY_MODEL))  # an HF directory / hub id, a GGUF file, or a config mapping (random init; vocab_size null = the tokenizer's)
+    path: Any = field(default_factory=lambda: dict(TINY_MODEL))  # an HF directory / hub id, a GGUF file, or a config mapping or *.json file of one (random init; vocab_size null = the tokenizer's)
     tokenizer: str = "tiny"  # an HF directory / hub id, a GGUF file, or "tiny" (a small BPE trained on the spot)
     critic_path: Any = None  # the critic's starting weights; null = model.path
     dtype: str = "auto"  # compute dtype: auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32; trained weights stay fp32
@@ -38,6 +38,11 @@ class ActorConfig:
     weight_decay: float = 0.01  # AdamW weight decay
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
     warmup_steps: int = 0  # linear lr warmup over this many training steps
+    warmup_ratio: float = 0.0  # linear lr warmup over this share of trainer.total_steps, when warmup_steps is 0 (veRL's lr_warmup_steps_ratio)
+    lr_schedule: str = "constant"  # after the warmup: constant | cosine (down to lr x min_lr_ratio at the last step)
+    min_lr_ratio: float = 0.0  # cosine: the last step's lr as a share of lr
+    weight_decay_1d: bool = True  # weight decay on 1-d parameters (norms, biases) too; false: on matrices only (the SFT recipe, configs/sft.yaml)
+    fused_optimizer: Optional[bool] = None  # AdamW's one-kernel implementation, with one process (sharded parameters always use the default); null: on a GPU only; true: on CPU too, ~50x faster for a small model (configs/sft.yaml), last bits differ from the default
     grad_clip: float = 1.0  # max gradient norm (a non-finite norm skips the optimizer step)
     ppo_epochs: int = 1  # passes over each step's batch
     ppo_mini_batch_size: int = 4  # trajectories per optimizer step (after rollout.n samples each), over all ranks
@@ -54,6 +59,7 @@ class ActorConfig:
     kl_loss_coef: float = 0.001  # weight of that KL term (used only with use_kl_loss)
     kl_loss_type: str = "k3"  # KL estimator of the loss term: k1 | abs | k2 | k3 | low_var_kl
     loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-sum | seq-mean-token-mean
+    sft_context_loss_weight: float = 0.0  # trainer.mode=sft: add W x the next-token loss on prompt and environment tokens (0: policy tokens only). A model trained from scratch needs it (W=1) to learn to copy names; RL never trains those tokens
     param_offload: bool = False  # FSDP2 CPUOffloadPolicy (world size > 1): params, grads and optimizer state live on CPU
     lora: LoraConfig = field(default_factory=LoraConfig)  # LoRA adapters instead of full fine-tuning (verl/workers/lora.py); the reference is then the actor with its adapters off (no second copy)
 
@@ -96,6 +102,7 @@ class WorkerConfig:
     gradient_checkpointing: bool = False  # recompute activations in backward
     compile: bool = False  # torch.compile each decoder layer (model_loader.compile_decoder_layers)
     reshard_after_forward: bool = True  # FSDP2: free gathered weights after forward (ZeRO-3 style)
+    total_steps: Optional[int] = None  # the run's training steps (trainer.total_steps, resolved): the length of actor.warmup_ratio and of the cosine schedule
     actor: ActorConfig = field(default_factory=ActorConfig)  # the actor section
     critic: CriticConfig = field(default_factory=CriticConfig)  # the critic section
 

@@ -27,6 +27,29 @@ from verl.workers.micro_batch import (SEQ_KEYS, loss_units, make_micro_batches, 
 from verl.workers.model_loader import PACKED_ATTENTION, compile_decoder_layers, load_model, to_dtype
 
 
+def lr_schedule(actor, total_steps: int | None):
+    """The actor's lr factor per training step (0-based): linear warmup (actor.warmup_steps, or
+    actor.warmup_ratio x total_steps), then constant or cosine down to min_lr_ratio at the last step.
+    The critic's lr is constant: critic.warmup_steps holds the actor back instead."""
+    if actor.lr_schedule not in ("constant", "cosine"):
+        raise ValueError(f"actor.lr_schedule must be constant | cosine, got {actor.lr_schedule!r}")
+    needs_total = actor.lr_schedule == "cosine" or (actor.warmup_ratio and not actor.warmup_steps)
+    if needs_total and not total_steps:
+        raise ValueError("actor.lr_schedule=cosine and actor.warmup_ratio need the run's total steps")
+    warmup = actor.warmup_steps or int(actor.warmup_ratio * (total_steps or 0))
+    min_ratio = actor.min_lr_ratio
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if actor.lr_schedule == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, total_steps - warmup - 1)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
 class FSDPWorker(Worker):
     """Model, optimizer, micro-batch plan and checkpoints; shared by the actor and the critic."""
 
@@ -69,16 +92,21 @@ class FSDPWorker(Worker):
                 self.autocast_dtype = compute_dtype
         self.model = model
         if self.trainable:
+            t = self.train_cfg
+            params = list(trainable_parameters(model))
+            if getattr(t, "weight_decay_1d", True):
+                groups = [{"params": params, "weight_decay": t.weight_decay}]
+            else:  # norms and biases keep their scale: no decay pulling them to 0
+                groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": t.weight_decay},
+                          {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
             # The fused (one-kernel) AdamW on one GPU; sharded DTensor parameters keep the default
             # multi-tensor path, the one that the multi-process tests exercise.
-            fused = self.device.type == "cuda" and self.world_size == 1
-            t = self.train_cfg
-            self.optimizer = torch.optim.AdamW(trainable_parameters(model), lr=t.lr, betas=tuple(t.betas),
-                                               weight_decay=t.weight_decay, fused=fused or None)
-            # critic.warmup_steps holds the actor back instead; the critic's lr has no warmup
-            warmup = t.warmup_steps if self.role == "actor" else 0
-            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-                self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
+            fused = getattr(t, "fused_optimizer", None)  # the critic section has no such key: null
+            fused = self.world_size == 1 and (self.device.type == "cuda" if fused is None else fused)
+            self.optimizer = torch.optim.AdamW(groups, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay,
+                                               fused=fused or None)
+            factor = lr_schedule(t, cfg.total_steps) if self.role == "actor" else (lambda step: 1.0)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
 
     # ------------------------------------------------------------------ helpers
     def _micro_batches(self, data: DataProto, no_grad: bool = False) -> list[np.ndarray]:
