@@ -129,3 +129,23 @@ def test_sft_mode_resumes_from_its_checkpoint_to_the_same_weights(tmp_path, orac
     a = AutoModelForCausalLM.from_pretrained(whole / "hf").state_dict()
     b = AutoModelForCausalLM.from_pretrained(part / "hf").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_micro_batches_give_the_whole_batch_loss(tmp_path, oracle):
+    """Split into micro-batches of 3 rows (token counts differ per micro-batch), the policy and context token
+    means, and so the update, are those of the whole batch."""
+    def train(out, *extra):
+        cfg = load_config("sft", [f"data.sft_files=[{oracle / 'oracle.parquet'}]", f"model.tokenizer={oracle / 'tokenizer'}",
+                                  "trainer.total_steps=2", "data.train_batch_size=8", "trainer.device=cpu",
+                                  "trainer.logger=[jsonl]", f"trainer.output_dir={out}",
+                                  "actor.sft_context_loss_weight=1.0", *extra])
+        cfg.model.path = dict(SMALL)
+        run(cfg)
+        log = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return log, AutoModelForCausalLM.from_pretrained(out / "hf").state_dict()
+
+    whole, a = train(tmp_path / "whole")
+    split, b = train(tmp_path / "split", "actor.ppo_micro_batch_size=3")
+    for key in ("actor/sft_loss", "actor/context_loss", "actor/grad_norm"):
+        assert [r[key] for r in split] == pytest.approx([r[key] for r in whole], rel=1e-5), key
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)

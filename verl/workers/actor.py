@@ -157,9 +157,8 @@ class ActorWorker(FSDPWorker):
     def update_sft(self, data: DataProto) -> dict[str, float]:
         """trainer.mode=sft: the token-mean next-token loss on the tokens the policy wrote, through the same
         update loop as PPO. Right-padded rows: input_ids, attention_mask, and response_mask, here aligned
-        with input_ids (batch, seq): 1 on policy tokens. actor.sft_context_loss_weight W adds W x the loss
-        on the other real tokens (prompt, environment text); with several micro-batches each one's context
-        term is weighted by its share of policy tokens, as the policy term is."""
+        with input_ids (batch, seq): 1 on policy tokens. actor.sft_context_loss_weight W adds W x the
+        token-mean loss on the other real tokens (prompt, environment text)."""
         cfg = self.config.actor
         if not self.trainable:
             raise RuntimeError(f"update_sft called on a worker with role {self.role!r}")
@@ -167,6 +166,19 @@ class ActorWorker(FSDPWorker):
             raise ValueError("trainer.mode=sft runs on padded rows: set actor.use_remove_padding=false")
         weight = cfg.sft_context_loss_weight
         data = data.select(["input_ids", "attention_mask", "response_mask"])
+        attn, policy = data.batch["attention_mask"].bool(), data.batch["response_mask"].bool()
+        context = attn & ~policy  # (batch, seq)
+        context[:, 0] = False  # the first token has no prediction
+        # The loop weights each micro-batch by its share of the mini-batch's policy tokens; the context
+        # term is a mean over other tokens, so each row carries its mini-batch's totals (over ranks) to
+        # reweight it. With one micro-batch both factors are exactly 1.
+        totals = torch.zeros(len(data), 2, dtype=torch.float64)  # (batch, [context, policy] tokens of the mini-batch)
+        rows = self._mini_batch_rows()
+        for start in range(0, len(data), rows):
+            part = slice(start, start + rows)
+            totals[part, 0] = self.all_reduce(int(context[part].sum()))
+            totals[part, 1] = self.all_reduce(int(policy[part].sum()))
+        data.batch["sft_token_totals"] = totals
 
         def micro_loss(mb: DataProto, mask: torch.Tensor):
             ids, attn = mb.batch["input_ids"], mb.batch["attention_mask"]
@@ -179,11 +191,13 @@ class ActorWorker(FSDPWorker):
                 # Prompt and environment text repeat names across the sequence (question -> route,
                 # reply -> answer): predicting it trains the copying the policy needs far sooner than
                 # policy tokens alone. RL never trains those tokens, so nothing is lost there.
-                context = attn.bool() & ~mask  # (batch, seq)
-                context[:, 0] = False  # the first token has no prediction
-                context_loss = masked_mean(nll, context)
-                loss = loss + weight * context_loss
-                m["context_loss"] = context_loss.item()
+                ctx = attn.bool() & ~mask  # (batch, seq)
+                ctx[:, 0] = False
+                context_loss = masked_mean(nll, ctx)
+                context_total, policy_total = mb.batch["sft_token_totals"][0].tolist()
+                share = (int(ctx.sum()) / max(context_total, 1.0)) * (policy_total / max(int(mask.sum()), 1))
+                loss = loss + weight * (context_loss * share)
+                m["context_loss"] = context_loss.item() * share
             return loss, m
 
         return self.ppo_update(data, micro_loss, "actor")
