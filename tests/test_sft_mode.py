@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from data_process.sim_oracle import main as oracle_main
 from verl.algos.losses import token_nll
 from verl.algos.masked import masked_mean
-from verl.trainer.main_ppo import load_config, run
+from verl.trainer.main_ppo import load_config, resolve_total_steps, run
 from verl.trainer.sft import main as sft_main
 from verl.trainer.sft_data import collate, length_batches, load_rows, tokenize_rows
 from verl.workers.model_loader import load_model, spec_for_tokenizer
@@ -149,3 +149,15 @@ def test_micro_batches_give_the_whole_batch_loss(tmp_path, oracle):
     for key in ("actor/sft_loss", "actor/context_loss", "actor/grad_norm"):
         assert [r[key] for r in split] == pytest.approx([r[key] for r in whole], rel=1e-5), key
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+@pytest.mark.parametrize("steps, epochs, want", [(4, None, 4), (None, 3, 15), (20, 3, 15), (7, 3, 7)])
+def test_total_steps_come_from_steps_or_epochs_the_smaller(steps, epochs, want):
+    cfg = load_config("sft", [f"trainer.total_steps={'null' if steps is None else steps}",
+                              f"trainer.total_epochs={'null' if epochs is None else epochs}"])
+    assert resolve_total_steps(cfg, 5) == want == cfg.trainer.total_steps
+
+
+def test_neither_steps_nor_epochs_is_an_error():
+    with pytest.raises(ValueError, match="trainer.total_steps or trainer.total_epochs"):
+        resolve_total_steps(load_config("sft", ["trainer.total_steps=null", "trainer.total_epochs=null"]), 5)
