@@ -7,6 +7,8 @@
 #   bash docs/results/h200/run_async_lora_ray.sh warm   # carry .whl .rayA: warm start, slot check, schedules
 #   bash docs/results/h200/run_async_lora_ray.sh ppo    # carry .whl .rayB: on-policy, off-policy, LoRA PPO
 #   bash docs/results/h200/run_async_lora_ray.sh ray    # carry .whl: the same PPO without and with Ray
+#   bash docs/results/h200/run_async_lora_ray.sh streams   # carry .whl: on- vs off-policy once the engine
+#                                                          # decodes on its own CUDA stream (a later fix)
 #
 # .whl holds the wheels the device image lacks (hydra-core, omegaconf, antlr4, openai and its pydantic
 # stack, jsonschema's stack for Ray); .rayA/.rayB the two halves of ray-2.60.0 cp312 (79 MB: over one
@@ -15,7 +17,7 @@
 # something to learn at this size (docs/results/h200/README.md: this model learns routing, not EM).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-PHASE=${1:?warm | ppo | ray}
+PHASE=${1:?warm | ppo | ray | streams}
 BACK=${OUT:-outputs/h200_wave}  # what comes back: $BACK/$PHASE.txt and $BACK/$PHASE.tgz
 W=${WORK:-/tmp/wave}
 RES=$W/results/$PHASE
@@ -89,6 +91,13 @@ ppo)
   ppo onpolicy 170 trainer.total_steps=$STEPS trainer.off_policy_steps=0
   ppo offpolicy 170 trainer.total_steps=$STEPS trainer.off_policy_steps=1
   ppo lora 170 trainer.total_steps=$STEPS trainer.off_policy_steps=0 actor.lora.rank=64 actor.lora.alpha=128 actor.lr=2e-4
+  ;;
+streams)  # after the engine got its own CUDA stream: on- vs off-policy again, shorter
+  timeout 120 $PY scripts/check_slot_rollout.py --model "$W/model.json" --tokenizer tiny --dtype float32 --n 64 --slots 32 --device "$DEVICE" \
+    | tee "$RES/check_slot_fp32.txt"
+  start_sim_pool "$RES/pool_server.log" --latency-scale 1 --world-entities 150
+  ppo onpolicy 125 trainer.total_steps=$STEPS trainer.off_policy_steps=0
+  ppo offpolicy 125 trainer.total_steps=$STEPS trainer.off_policy_steps=1
   ;;
 ray)
   start_sim_pool "$RES/pool_server.log" --latency-scale 0 --world-entities 150

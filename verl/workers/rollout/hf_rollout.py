@@ -10,6 +10,7 @@ that spans past the stop string is kept whole, as vLLM keeps it in `token_ids`).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Sequence
 
@@ -114,6 +115,11 @@ class HFRollout:
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._asleep = False
+        # The engine decodes on a CUDA stream of its own, so that a rollout played ahead (off-policy)
+        # runs beside the update on the default stream instead of queueing every training kernel
+        # behind its decode steps; `_weights_ready` orders it after the last copy of new weights.
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._weights_ready: torch.cuda.Event | None = None
 
     # ---- RolloutBackend ----------------------------------------------------------------
 
@@ -132,12 +138,31 @@ class HFRollout:
         # longest first, so each chunk holds prompts of similar length (less padding)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         results: list[GenOutput | None] = [None] * len(prompts)
-        for start in range(0, len(order), self.max_batch_size):
-            idx = order[start:start + self.max_batch_size]
-            outs = self._generate_chunk([prompts[i] for i in idx], sampling, generator, stopper)
-            for i, out in zip(idx, outs):
-                results[i] = out
+        with self.on_own_stream():
+            for start in range(0, len(order), self.max_batch_size):
+                idx = order[start:start + self.max_batch_size]
+                outs = self._generate_chunk([prompts[i] for i in idx], sampling, generator, stopper)
+                for i, out in zip(idx, outs):
+                    results[i] = out
         return results  # type: ignore[return-value]
+
+    @contextlib.contextmanager
+    def on_own_stream(self):
+        """Run the enclosed GPU work on the engine's stream, after the last weight copy (no-op off CUDA).
+        Results leave as Python lists, whose read-back waits for this stream alone."""
+        if self._stream is None:
+            yield
+            return
+        if self._weights_ready is not None:
+            self._stream.wait_event(self._weights_ready)
+        with torch.cuda.stream(self._stream):
+            yield
+
+    def _mark_weights_ready(self) -> None:
+        """Record, on the caller's stream, that new weights are in place (the engine's stream waits for it)."""
+        if self._stream is not None:
+            self._weights_ready = torch.cuda.Event()
+            self._weights_ready.record()
 
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Copy new weights into the model; every parameter must be given and no unknown name."""
@@ -151,6 +176,7 @@ class HFRollout:
             raise KeyError(f"HFRollout.update_weights: state_dict does not match the model: "
                            f"missing {len(missing)} {missing[:8]}, unexpected {len(unexpected)} {unexpected[:8]}")
         self.model.load_state_dict(new, strict=False)
+        self._mark_weights_ready()
 
     def sleep(self) -> None:
         """Move the weights to CPU when on an accelerator (the KV cache lives only inside generate)."""
@@ -163,6 +189,7 @@ class HFRollout:
     def wake(self) -> None:
         if self.device.type != "cpu" and self._asleep:
             self.model.to(self.device)
+            self._mark_weights_ready()
         self._asleep = False
 
     # ---- the decode loop -----------------------------------------------------------------

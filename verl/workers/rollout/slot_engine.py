@@ -24,6 +24,7 @@ The runner's interface (all indices are slot numbers):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -201,16 +202,18 @@ class SlotEngine:
         return torch.rand(n, generator=g)
 
     def _work(self, admitted: list[_Request], running: list[_Request], n: int):
-        """Worker thread: prefill the new requests, run n decode steps, read the tokens back."""
-        start_many = getattr(self.runner, "start_many", None)
-        if start_many is not None and admitted:  # one batched prefill for everyone joining now
-            start_many([(r.slot, r.prompt, r.reuse, self._uniforms(r)) for r in admitted], admitted[0].sampling)
-        else:
-            for req in admitted:
-                self.runner.start(req.slot, req.prompt, req.reuse, req.sampling, self._uniforms(req))
-        if n:
-            self.runner.steps(n, running[0].sampling)
-        return self.runner.read([r.slot for r in running], [len(r.tokens) for r in running])
+        """Worker thread: prefill the new requests, run n decode steps, read the tokens back (on the
+        runner's own CUDA stream, if it has one)."""
+        with getattr(self.runner, "on_own_stream", contextlib.nullcontext)():
+            start_many = getattr(self.runner, "start_many", None)
+            if start_many is not None and admitted:  # one batched prefill for everyone joining now
+                start_many([(r.slot, r.prompt, r.reuse, self._uniforms(r)) for r in admitted], admitted[0].sampling)
+            else:
+                for req in admitted:
+                    self.runner.start(req.slot, req.prompt, req.reuse, req.sampling, self._uniforms(req))
+            if n:
+                self.runner.steps(n, running[0].sampling)
+            return self.runner.read([r.slot for r in running], [len(r.tokens) for r in running])
 
     def _stopper(self, sampling: SamplingParams) -> StopChecker | None:
         if sampling.stop not in self._stoppers:
