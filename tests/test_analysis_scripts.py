@@ -110,3 +110,25 @@ def test_diag_attention_kernels_on_cpu():
     assert 0 < dlogit < 0.5 and 0 <= kl < 1e-3 and agree > 0.8
     assert "train-mode bf16 MATH" in stats and "refused: RuntimeError" in out
     assert re.search(r"generate cpu torch.float32\s+tokens equal to cpu: 8/8", out)
+
+
+def test_summarize_async_lora_ray_reproduces_the_record(tmp_path):
+    """On a copy of the H200 record: the same summary.json, and a run slowed down shows in its ratio."""
+    rec = ROOT / "docs/results/h200/async_lora_ray"
+    for phase in ("ppo", "ray", "streams"):
+        shutil.copytree(rec / phase, tmp_path / phase)
+    out = script("summarize_async_lora_ray.py", tmp_path)
+    assert json.loads((tmp_path / "summary.json").read_text()) == json.loads((rec / "summary.json").read_text())
+    assert "speedup ray_vs_single_process: 1.08x" in out
+    assert {"step_time_parts.png", "training_curves.png"} <= {p.name for p in tmp_path.iterdir()}
+    import gzip
+    path = tmp_path / "ray/ray_metrics.jsonl.gz"
+    rows = [json.loads(line) for line in gzip.open(path, "rt")]
+    for r in rows:
+        if "timing/step" in r:
+            r["timing/step"] *= 2  # Ray twice as slow per step
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    script("summarize_async_lora_ray.py", tmp_path)
+    ratio = json.loads((tmp_path / "summary.json").read_text())["speedup_median_step"]["ray_vs_single_process"]
+    assert abs(ratio - 1.08 / 2) < 0.01
