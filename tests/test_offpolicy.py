@@ -56,3 +56,30 @@ def test_off_policy_steps_is_checked(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     with pytest.raises(ValueError, match="off_policy_steps"):
         run(config(tmp_path, "trainer.total_steps=1", "trainer.off_policy_steps=2"))
+
+
+def test_a_checkpoint_saved_while_a_rollout_plays_ahead_holds_the_env_state_before_it(tmp_path, monkeypatch):
+    """The rollout played ahead is not trained when step k saves; a resumed run plays its rows again, so
+    the saved env state (the router's cost window) must not already hold them, else they count twice.
+    The single-turn env is given the router env's kind of state: a count of the training episodes scored."""
+    monkeypatch.chdir(ROOT)
+    from verl.trainer.single_turn import SingleTurnEnv
+    score = SingleTurnEnv.score
+
+    def counting_score(self, result, rows, validate):
+        if not validate:
+            self.scored = getattr(self, "scored", 0) + len(rows)
+        return score(self, result, rows, validate)
+
+    monkeypatch.setattr(SingleTurnEnv, "score", counting_score)
+    monkeypatch.setattr(SingleTurnEnv, "state_dict", lambda self: {"scored": getattr(self, "scored", 0)})
+    seen = {}
+    for k in (0, 1):
+        out = tmp_path / f"off{k}"
+        run(config(out, "trainer.total_steps=2", "trainer.test_freq=0", "trainer.save_freq=1",
+                   "trainer.val_before_train=false", "trainer.export_hf=false", f"trainer.off_policy_steps={k}",
+                   "trainer.max_checkpoints=0", "rollout.device=cpu"))
+        state = torch.load(out / "checkpoints" / "step_000001" / "trainer_state.pt", weights_only=False)
+        seen[k] = state["env"]["scored"]
+    assert seen[0] > 0  # step 1's own batch was scored
+    assert seen[1] == seen[0]  # ... and the batch played ahead for step 2 is not in the saved state

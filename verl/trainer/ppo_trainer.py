@@ -9,6 +9,7 @@ same loop drives one CPU process, a torchrun launch, or Ray actors.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -191,6 +192,7 @@ class PPOTrainer:
             raise ValueError("trainer.off_policy_steps=1 runs with one process (or Ray), not under torchrun with "
                              f"{dist.world_size} processes")
         self._ahead: Future | None = None  # the next step's rollout, running while this step trains
+        self._env_state_before_ahead: dict = {}  # env.state_dict() taken as that rollout started
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if self.off_policy_steps else None
         if alg.dynamic_sampling.enable and cfg.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n > 1 (it keeps groups whose rewards differ)")
@@ -363,6 +365,9 @@ class PPOTrainer:
     def play_ahead(self) -> None:
         """Off-policy: start the next step's rollout in the background with the current weights."""
         self.actor.sync_rollout()  # here, in this thread: the update that follows must not race the copy
+        # the env's state before the rollout played ahead scores into it (cost window): what a checkpoint
+        # saved while it is untrained must hold, since a resumed run plays its rows again
+        self._env_state_before_ahead = copy.deepcopy(self.env.state_dict())
         self._ahead = self._pool.submit(self.collect, self.next_rows(), self.global_step + 1, False, self.global_step)
 
     def join_ahead(self) -> Collected | None:
@@ -502,11 +507,13 @@ class PPOTrainer:
         if self.critic is not None:
             self.critic.save_checkpoint(str(step_dir / "critic"))
         if self.is_main:
-            # a rollout played ahead is not trained yet: a resumed run plays its rows again (the env's state,
-            # e.g. the cost window, has already seen them once)
+            # a rollout played ahead is not trained yet: a resumed run plays its rows again, so the env's state
+            # (e.g. the cost window) is saved as it was before that rollout scored into it
             ahead = self.join_ahead()
+            env_state = {} if self.env is None else (
+                self.env.state_dict() if ahead is None else self._env_state_before_ahead)
             state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value,
-                     "env": self.env.state_dict() if self.env is not None else {}, "sft_tokens": self.sft_tokens,
+                     "env": env_state, "sft_tokens": self.sft_tokens,
                      "gen_batches": self.gen_batches if ahead is None else ahead.gen_batches}
             torch.save(state, step_dir / "trainer_state.pt")
             (step_dir / "trainer_state.json").write_text(json.dumps(
