@@ -39,9 +39,11 @@ def dearest(pool: Pool) -> str:
 
 
 def router_records(policy: Policy, pool: Pool, rows: list[EvalRow], rcfg: RouterConfig, alpha: float | None,
-                   label: str, batch_size: int = 64, sampling: SamplingParams | None = None) -> list[dict]:
+                   label: str, batch_size: int = 64, sampling: SamplingParams | None = None,
+                   scoring: dict | None = None) -> list[dict]:
     """Scored trajectory records of the router on `rows`: with `alpha`, prompts rebuilt from the questions with
-    that cost weight stated; with None, the rows' own prompts. The reward column uses `alpha` (0 for None)."""
+    that cost weight stated; with None, the rows' own prompts. The reward column uses `alpha` (0 for None) and
+    `scoring` (format_rules, reward_metric: the training run's, RunSettings.scoring; default the reference's)."""
     if alpha is None:
         messages = [r.messages for r in rows]
     else:
@@ -53,7 +55,7 @@ def router_records(policy: Policy, pool: Pool, rows: list[EvalRow], rcfg: Router
     rcfg = fit_context(prompts, [r.where for r in rows], policy, rcfg)
     sampling = sampling or SamplingParams(greedy=True, temperature=0.0)
     records = records_of(label, rows, router_episodes(prompts, policy, pool, rcfg, sampling, batch_size))
-    score(records, pool.registry, alpha or 0.0)
+    score(records, pool.registry, alpha or 0.0, **(scoring or {}))
     return records
 
 
@@ -132,13 +134,14 @@ def calibrate(a: argparse.Namespace, log=print) -> dict:
         points = []
         for alpha in sorted(set(a.alphas)):
             points.append(point(alpha, router_records(policy, pool, rows, rcfg, alpha, f"alpha={alpha:g}",
-                                                      a.batch_size), pool))
+                                                      a.batch_size, scoring=settings.scoring), pool))
             p = points[-1]
             log(f"alpha {alpha:<4g} EM {p.em:.3f}  cost/1k ${p.cost_per_1k_usd:.4f}  {dearest(pool)} share "
                 f"{p.dear_share:.2f}  calls/q {p.calls_per_question:.2f}  entropy {p.entropy_bits:.2f} bits")
         best = choose(points, target, metric)
         out = {"checkpoint": str(ckpt), "data": a.data, "n": len(rows), "target": {metric: target},
-               "dearest_model": dearest(pool), "settings": settings.turns, "settings_from": settings.source,
+               "dearest_model": dearest(pool), "settings": {**settings.turns, **settings.scoring},
+               "settings_from": settings.source,
                "chosen_alpha": None if best is None else best.alpha,
                "points": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in p.__dict__.items()}
                           for p in points]}

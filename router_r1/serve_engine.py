@@ -35,6 +35,7 @@ class RunSettings:
     alpha: float = 0.0  # the fixed alpha (an unconditioned run) or the default one (a conditioned run)
     pool: str | None = None  # the pool yaml it was trained with
     source: str = "defaults"  # where the settings came from, for the start-up line
+    scoring: dict = field(default_factory=dict)  # format_rules, reward_metric: how its training scored episodes
 
 
 def load_run_settings(checkpoint: Path, overrides: dict | None = None) -> RunSettings:
@@ -63,7 +64,9 @@ def load_run_settings(checkpoint: Path, overrides: dict | None = None) -> RunSet
         if not 0.0 <= a <= 1.0:
             raise ServeError(f"{path or 'flags'}: alpha values must be in [0, 1], got {a}")
     where = str(path) if path else "the paper run's shape (no run_config.yaml)"
-    return RunSettings(turns, alphas, alpha, env.pool if path else None, where + (" + flags" if overrides else ""))
+    scoring = {"format_rules": env.format_rules, "reward_metric": env.reward_metric}
+    return RunSettings(turns, alphas, alpha, env.pool if path else None, where + (" + flags" if overrides else ""),
+                       scoring)
 
 
 # ---------------------------------------------------------------------------------- episode

@@ -17,7 +17,7 @@ from verl.workers.actor import ActorWorker
 from verl.workers.config import worker_config
 from verl.workers.critic import CriticWorker
 from verl.workers.fsdp import CheckpointError
-from verl.workers.lora import LoraConfig, LoraLinear, adapters_disabled, apply_lora, merge_state_dict
+from verl.workers.lora import LoraConfig, LoraLinear, adapters_disabled, apply_lora
 from verl.workers.model_loader import load_model
 
 LORA = LoraConfig(rank=4, alpha=8.0)

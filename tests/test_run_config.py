@@ -67,3 +67,11 @@ def test_evaluation_scores_with_the_trained_rule_set_and_gate(tmp_path):
     assert rows["reference", "em"]["format_ok"] and not rows["strict", "em"]["format_ok"]
     assert rows["reference", "em"]["reward"] == 0.0
     assert rows["reference", "f1"]["reward"] == pytest.approx(2 / 3)
+
+
+def test_serving_and_calibration_score_with_the_trained_rules(tmp_path):
+    from router_r1.serve_engine import load_run_settings
+
+    ckpt = trained(tmp_path, "a", "env.format_rules=strict", "env.reward_metric=f1")
+    assert load_run_settings(Path(ckpt)).scoring == {"format_rules": "strict", "reward_metric": "f1"}
+    assert load_run_settings(tmp_path / "none").scoring == {"format_rules": "reference", "reward_metric": "em"}
