@@ -135,7 +135,10 @@ def _config_and_source(spec) -> tuple:
     inline JSON or a .json file (what `verl.trainer.sft --model` takes)."""
     text = str(spec) if isinstance(spec, (str, os.PathLike)) else ""
     if text.lstrip().startswith("{") or (text.endswith(".json") and os.path.isfile(text)):
-        raw = text if text.lstrip().startswith("{") else open(text).read()
+        raw = text
+        if not text.lstrip().startswith("{"):
+            with open(text) as f:
+                raw = f.read()
         try:
             spec = json.loads(raw)
         except json.JSONDecodeError as e:

@@ -115,9 +115,10 @@ class HFRollout:
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._asleep = False
-        # The engine decodes on a CUDA stream of its own, so that a rollout played ahead (off-policy)
-        # runs beside the update on the default stream instead of queueing every training kernel
-        # behind its decode steps; `_weights_ready` orders it after the last copy of new weights.
+        # The engine decodes on a CUDA stream of its own: a rollout played ahead (off-policy) then never
+        # queues the update's kernels behind its decode steps on the shared default stream (what is left
+        # is host-side contention: docs/results/h200/async_lora_ray). `_weights_ready` orders the
+        # stream after the last copy of new weights.
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._weights_ready: torch.cuda.Event | None = None
 
