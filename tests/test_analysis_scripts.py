@@ -151,3 +151,9 @@ def test_bench_rollout_schedule_prints_one_speedup_per_mode():
     speedups = re.findall(r"^speedup (\S+) vs sync: (\d+\.\d\d)x$", out, re.M)
     assert [m for m, _ in speedups] == ["overlap", "per-episode", "continuous"]
     assert all(float(x) > 0 for _, x in speedups)
+
+
+def test_bench_gil_convoy_shows_small_ops_waiting_behind_a_python_thread():
+    out = script("bench_gil_convoy.py", "--ops", 500, "--intervals", 0.001)
+    ratio = float(re.search(r"\(([\d.]+)x slower\)", out).group(1))
+    assert ratio > 1.0  # the convoy: each small op waits for the lock the Python thread holds
