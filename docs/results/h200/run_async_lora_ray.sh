@@ -6,6 +6,7 @@
 #
 #   bash docs/results/h200/run_async_lora_ray.sh warm   # carry .whl .rayA: warm start, slot check, schedules
 #   bash docs/results/h200/run_async_lora_ray.sh ppo    # carry .whl .rayB: on-policy, off-policy, LoRA PPO
+#   (each half of the Ray wheel may come with any call to the same warm machine; ray installs once both are there)
 #   bash docs/results/h200/run_async_lora_ray.sh ray    # carry .whl: the same PPO without and with Ray
 #   bash docs/results/h200/run_async_lora_ray.sh streams   # carry .whl: on- vs off-policy once the engine
 #                                                          # decodes on its own CUDA stream (a later fix)
@@ -37,6 +38,8 @@ if [ ! -f /tmp/site/.ok ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && touch /tmp/site/.ok
 fi
 export PYTHONPATH=/tmp/site:$PWD
+# openai 3.57 imports httpx2, which the device image lacks: the same API as its httpx
+python3 -c "import httpx2" 2>/dev/null || echo 'import sys, httpx; sys.modules["httpx2"] = httpx' > /tmp/site/httpx2.py
 mkdir -p /tmp/raypieces && cp .rayA/* .rayB/* /tmp/raypieces/ 2>/dev/null
 if [ ! -d /tmp/site/ray ] && [ -f /tmp/raypieces/part0 ] && [ -f /tmp/raypieces/part1 ]; then
   RAYW=/tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl
