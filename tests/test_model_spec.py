@@ -26,3 +26,10 @@ def test_bad_json_file_is_named(tmp_path):
     path.write_text('{"model_type": "llama",')
     with pytest.raises(ValueError, match="broken.json"):
         load_model(str(path))
+
+
+def test_a_json_spec_that_is_not_a_mapping_is_named(tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="list.json.*must be a mapping"):
+        load_model(str(path))

@@ -10,7 +10,6 @@ Launch modes (trainer.backend):
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from verl.trainer.sft_data import SFTSet
 from verl.trainer.tracking import Tracker, read_jsonl, summary_table
 from verl.utils.tokenizer import load_tokenizer
 from verl.workers.config import WorkerConfig
-from verl.workers.model_loader import spec_for_tokenizer
+from verl.workers.model_loader import parse_model_spec, spec_for_tokenizer
 
 CONFIG_DIR = str(CONFIG_DIR)
 register_configs()
@@ -162,17 +161,6 @@ def resolve_total_steps(cfg: DictConfig, steps_per_epoch: int) -> int:
     return t.total_steps
 
 
-def read_model_json(path: str) -> dict:
-    """model.path given as a JSON file of a config mapping (random init)."""
-    try:
-        spec = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"model.path {path}: not a readable JSON config ({e})") from e
-    if not isinstance(spec, dict):
-        raise ValueError(f"model.path {path}: a JSON config must be a mapping, got {type(spec).__name__}")
-    return spec
-
-
 def keep_freed_memory() -> None:
     """Let glibc keep freed large blocks instead of unmapping them (no-op elsewhere).
 
@@ -202,7 +190,7 @@ def run(cfg: DictConfig) -> dict:
     if cfg.trainer.device == "cpu":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     if isinstance(cfg.model.path, str) and cfg.model.path.endswith(".json"):  # the run config keeps the mapping itself
-        cfg.model.path = read_model_json(cfg.model.path)
+        cfg.model.path = parse_model_spec(cfg.model.path)
     tokenizer = load_tokenizer(cfg.model.tokenizer)
     d = cfg.data
     if mode == "sft":

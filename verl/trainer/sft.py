@@ -41,21 +41,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from verl.trainer.sft_data import SFTDataError
-
-
-def parse_model_spec(spec: str):
-    """A dict from a JSON file or inline JSON; anything else is an HF directory / hub id / GGUF file."""
-    if spec.lstrip().startswith("{"):
-        try:
-            return json.loads(spec)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--model: inline JSON does not parse ({e})") from e
-    if spec.endswith(".json") and Path(spec).is_file():
-        try:
-            return json.loads(Path(spec).read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--model {spec}: not valid JSON ({e})") from e
-    return spec
+from verl.workers.model_loader import parse_model_spec
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

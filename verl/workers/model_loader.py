@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -130,19 +131,25 @@ AttentionInterface.register(PACKED_ATTENTION, packed_attention_forward)
 AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)  # padded batches get sdpa's masks
 
 
-def _config_and_source(spec) -> tuple:
-    """(config, pretrained source kwargs or None for a random init). A config may come as a dict,
-    inline JSON or a .json file (what `verl.trainer.sft --model` takes)."""
+def parse_model_spec(spec):
+    """A config mapping from inline JSON or a *.json file; any other spec (a mapping, an HF directory or
+    hub id, a GGUF file) comes back as it is. A JSON spec that cannot be read is an error naming it."""
     text = str(spec) if isinstance(spec, (str, os.PathLike)) else ""
-    if text.lstrip().startswith("{") or (text.endswith(".json") and os.path.isfile(text)):
-        raw = text
-        if not text.lstrip().startswith("{"):
-            with open(text) as f:
-                raw = f.read()
-        try:
-            spec = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"model spec {text[:80]!r}: not valid JSON ({e})") from e
+    inline = text.lstrip().startswith("{")
+    if not inline and not text.endswith(".json"):
+        return spec
+    try:
+        parsed = json.loads(text if inline else Path(text).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"model spec {text[:80]!r}: not a readable JSON config ({e})") from e
+    if not isinstance(parsed, dict):
+        raise ValueError(f"model spec {text[:80]!r}: a JSON config must be a mapping, got {type(parsed).__name__}")
+    return parsed
+
+
+def _config_and_source(spec) -> tuple:
+    """(config, pretrained source kwargs or None for a random init); a config may come as JSON (parse_model_spec)."""
+    spec = parse_model_spec(spec)
     if isinstance(spec, dict):
         if "model_type" not in spec:
             raise ValueError(f"model spec dict needs a 'model_type' field; got keys {sorted(spec)}")
