@@ -38,7 +38,7 @@ def run_question(question: str, policy: Policy, pool: Pool, rcfg, sampling, gold
     With `budget`, the prompt states it (when the template has {budget}) and rcfg should carry it as its budgets.
     """
     from router_r1.reward.score import RewardConfig
-    from router_r1.episodes.manager import RouterEnv
+    from router_r1.router_env import RouterEnv
     from verl.trainer.dataset import PromptRow
 
     template = policy.template
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             quiet_transformers()
             policy = load_policy(a.checkpoint, a.device, a.prompt_template)
             from router_r1.router_env import paper_env_config, trained_env_config
-            from router_r1.episodes.manager import RouterConfig
+            from router_r1.router_env import RouterConfig
             from verl.workers.rollout.base import SamplingParams
 
             trained = trained_env_config(a.checkpoint) or paper_env_config()  # a flag overrides

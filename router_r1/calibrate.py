@@ -24,7 +24,7 @@ from router_r1.eval.evaluate import (USER_ERRORS, EvalError, EvalRow, Policy, Po
                                      router_episodes, score, tokenize_prompt)
 from router_r1.eval.report import bootstrap_ci
 from router_r1.prompts import build_router_prompt
-from router_r1.episodes.manager import RouterConfig
+from router_r1.router_env import RouterConfig
 from router_r1.routing_collapse import shares_entropy, call_counts
 from router_r1.serve import resolve_checkpoint
 from router_r1.serve_engine import ServeError, load_run_settings

@@ -40,7 +40,7 @@ from router_r1.pool.server import (ServerThread, bearer_auth, content_text, erro
                                    start_site)
 from router_r1.prompts import build_router_prompt
 from router_r1.reward.score import RewardConfig
-from router_r1.episodes.manager import RouterConfig, RouterEnv
+from router_r1.router_env import RouterConfig, RouterEnv
 from router_r1.serve_engine import Answered, RunSettings, ServeError, load_run_settings, play_episode, request_sampling
 from verl.workers.rollout.base import as_async
 

@@ -49,7 +49,7 @@ from router_r1.pool.server import ServerThread, SimBackend  # noqa: E402
 from router_r1.pool.sim_world import SimWorld  # noqa: E402
 from router_r1.prompts import build_router_prompt, load_template  # noqa: E402
 from router_r1.reward.score import RewardConfig  # noqa: E402
-from router_r1.episodes.manager import RouterConfig, RouterEnv  # noqa: E402
+from router_r1.router_env import RouterConfig, RouterEnv  # noqa: E402
 from verl.trainer.dataset import PromptRow  # noqa: E402
 from verl.utils.tiny import tiny_tokenizer  # noqa: E402
 from verl.workers.rollout.base import GenOutput, SamplingParams, as_async  # noqa: E402

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router_r1.calibrate import dearest, point, router_records  # noqa: E402
 from router_r1.eval.evaluate import find_data_files, load_policy, load_rows, open_pool, quiet_transformers  # noqa: E402
 from router_r1.eval.report import bootstrap_ci  # noqa: E402
-from router_r1.episodes.manager import RouterConfig  # noqa: E402
+from router_r1.router_env import RouterConfig  # noqa: E402
 from router_r1.routing_collapse import by_source  # noqa: E402
 
 

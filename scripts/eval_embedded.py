@@ -25,7 +25,7 @@ from router_r1.pool.server import ServerThread  # noqa: E402
 from router_r1.pool.sim_backend import SimBackend  # noqa: E402
 from router_r1.prompts import build_router_prompt, load_template  # noqa: E402
 from router_r1.reward.score import RewardConfig  # noqa: E402
-from router_r1.episodes.manager import RouterConfig, RouterEnv  # noqa: E402
+from router_r1.router_env import RouterConfig, RouterEnv  # noqa: E402
 from verl.trainer.dataset import PromptDataset, PromptRow  # noqa: E402
 from verl.workers.rollout.base import SamplingParams  # noqa: E402
 from verl.workers.rollout.hf_rollout import HFRollout  # noqa: E402

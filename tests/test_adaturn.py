@@ -16,7 +16,7 @@ from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, budget_exhausted_message, budget_text
 from router_r1.reward.format import check_format
 from router_r1.reward.score import RewardConfig
-from router_r1.episodes.manager import RouterConfig, RouterEnv
+from router_r1.router_env import RouterConfig, RouterEnv
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput, SamplingParams
 

@@ -12,7 +12,7 @@ from data_process.sim_qa import SimConfig, build_sim
 from router_r1.eval.evaluate import EvalConfig, EvalError, Policy, evaluate, open_pool, parse_args
 from router_r1.eval.evaluate import main as evaluate_main
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, budget_text
-from router_r1.episodes.manager import RouterConfig
+from router_r1.router_env import RouterConfig
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
 REPO = Path(__file__).resolve().parents[1]

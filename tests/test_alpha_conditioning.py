@@ -14,7 +14,7 @@ from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import TemplateError, alpha_text, build_router_prompt
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.score import RewardConfig, compute_scores
-from router_r1.episodes.manager import RouterConfig, RouterEnv
+from router_r1.router_env import RouterConfig, RouterEnv
 from router_r1.routing_collapse import by_source, collapse_metrics
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput, SamplingParams

@@ -25,7 +25,7 @@ from router_r1.actions import TAGS, format_observation, parse_action
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score, extract_answer, normalize_answer
 from router_r1.reward.score import RewardConfig
-from router_r1.episodes.manager import RouterConfig, RouterEnv
+from router_r1.router_env import RouterConfig, RouterEnv
 from verl.trainer.dataset import PromptRow
 from verl.trainer.sft_data import load_rows, prompt_ids, tokenize_example
 from verl.workers.model_loader import load_model

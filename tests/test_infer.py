@@ -16,7 +16,7 @@ from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import submodel_messages
 from router_r1.reward.qa_em import em_score
-from router_r1.episodes.manager import RouterConfig
+from router_r1.router_env import RouterConfig
 from tiny import tiny_model
 from verl.workers.rollout.base import GenOutput, SamplingParams
 

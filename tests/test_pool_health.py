@@ -11,7 +11,7 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import FaultConfig, ServerThread, SimBackend
 from router_r1.prompts import build_router_prompt
 from router_r1.reward.score import RewardConfig
-from router_r1.episodes.manager import RouterConfig, RouterEnv
+from router_r1.router_env import RouterConfig, RouterEnv
 from tiny import tiny_tokenizer
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput, SamplingParams

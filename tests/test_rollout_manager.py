@@ -14,7 +14,7 @@ from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import NO_REPLY_TEXT
 from router_r1.reward.score import RewardConfig
-from router_r1.episodes.manager import RouterConfig, RouterEnv
+from router_r1.router_env import RouterConfig, RouterEnv
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput
 

@@ -12,7 +12,7 @@ from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread, SimBackend
 from router_r1.reward.score import RewardConfig
-from router_r1.episodes.manager import RouterConfig, RouterEnv
+from router_r1.router_env import RouterConfig, RouterEnv
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout import build_rollout
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async

@@ -6,7 +6,7 @@ import pytest
 from tiny import tiny_tokenizer
 
 from data_process.schema import make_row
-from router_r1.episodes.manager import RouterEnv
+from router_r1.router_env import RouterEnv
 from router_r1.row_check import check_router_row
 from verl.trainer.dataset import DataError, PromptDataset
 

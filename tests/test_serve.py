@@ -16,7 +16,7 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread, SimBackend
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import NO_REPLY_TEXT
-from router_r1.episodes.manager import RouterConfig
+from router_r1.router_env import RouterConfig
 from router_r1.serve import RouterServerThread, build_service, parse_args, serving
 from router_r1.serve_engine import RunSettings, ServeError, load_run_settings
 from serve_fixture import ALPHAS, ANSWER, BIG, SIM, SUB_QUESTION, TURNS, build_trained_router

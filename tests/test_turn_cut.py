@@ -19,7 +19,7 @@ from router_r1.pool.server import ServerThread
 from router_r1.actions import wrap_information
 from router_r1.reward.format import check_format
 from router_r1.reward.score import RewardConfig
-from router_r1.episodes.manager import RouterConfig, RouterEnv
+from router_r1.router_env import RouterConfig, RouterEnv
 from tiny import tiny_model
 from verl.trainer.dataset import PromptRow
 from verl.utils.tiny import train_bpe_json, wrap_tokenizer

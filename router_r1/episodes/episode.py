@@ -1,6 +1,6 @@
 """One routing episode's state and the rules for one turn; no I/O, no model.
 
-The manager (manager.py) decides when to generate and when to call the pool; this
+The environment (router_r1/router_env.py) decides when to generate and when to call the pool; this
 module decides what a generated turn means and what gets appended to the context.
 """
 from __future__ import annotations

@@ -405,7 +405,7 @@ class EvalConfig:
 
     def router_config(self, max_turns: int | None = None):
         """The rollout settings; an explicit max_turns (a baseline's) ignores --budget."""
-        from router_r1.episodes.manager import RouterConfig
+        from router_r1.router_env import RouterConfig
 
         budgeted = max_turns is None and self.budget is not None
         return RouterConfig(max_turns=self.max_turns if max_turns is None else max_turns,
@@ -445,7 +445,7 @@ def fit_context(prompts: list[list[int]], wheres: list[str], policy: Policy, rcf
 def router_episodes(prompts: list[list[int]], policy: Policy, pool: Pool, rcfg, sampling,
                     batch_size: int) -> list[dict]:
     """The training rollout (validation mode) over all prompts, batch by batch."""
-    from router_r1.episodes.manager import RouterEnv
+    from router_r1.router_env import RouterEnv
     from verl.trainer.dataset import PromptRow
 
     env = RouterEnv(rcfg, policy.tokenizer, pool.registry, pool.client, RewardConfig())
