@@ -379,7 +379,6 @@ def test_reward_config_names_its_keys(registry):
 
 def test_extract_answer_agrees_with_the_regex_and_is_linear():
     import re
-    import time
 
     regex = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
     cases = ["", "<answer>a<answer>b</answer>", "<answer></answer><answer> x </answer>", "</answer><answer>y",
@@ -387,11 +386,21 @@ def test_extract_answer_agrees_with_the_regex_and_is_linear():
     for text in cases:
         found = regex.findall(text)
         assert extract_answer(text) == (found[-1].strip() if found else None), text
-    # 8,000 unclosed tags took the regex 3.9 s (quadratic); 40,000 would take ~100 s. Linear: milliseconds.
-    hostile = "<answer>" * 40_000 + "x"
-    t0 = time.perf_counter()
-    assert extract_answer(hostile) is None and extract_answer(hostile + "</answer>") == "<answer>" * 39_999 + "x"
-    assert time.perf_counter() - t0 < 3.0
+    # 8,000 unclosed tags took the regex 3.9 s (quadratic). Linear means each character is searched a bounded
+    # number of times: counted, not timed, so a loaded machine cannot fail it.
+    class Counted(str):
+        scanned = 0
+
+        def find(self, sub, start=0, end=None):
+            found = str.find(self, sub, start, len(self) if end is None else end)
+            Counted.scanned += (found + len(sub) if found >= 0 else len(self)) - start
+            return found
+
+    hostile = Counted("<answer>" * 40_000 + "x")
+    assert extract_answer(hostile) is None
+    closed = Counted(hostile + "</answer>")
+    assert extract_answer(closed) == "<answer>" * 39_999 + "x"
+    assert 0 < Counted.scanned <= 2 * (len(hostile) + len(closed))
 
 
 def test_env_keys_reach_the_reward(registry):
