@@ -35,14 +35,19 @@ PREFER_BIG=${PREFER_BIG:-0.3}   # P(the annotator sends the question to the stro
 CONFUSE=${CONFUSE:-0.8}         # P(a people/science hop goes to the cheap model the annotator mistakes for its specialist)
 SFT_EPOCHS=${SFT_EPOCHS:-6}
 SFT_MAX_STEPS=${SFT_MAX_STEPS:-}  # cap on SFT optimizer steps (empty: all epochs)
-SFT_TIME_LIMIT=${SFT_TIME_LIMIT-900}  # seconds; a safety valve (750 steps take ~140 s on 2 idle cores, 6-7 min
-                                      # on a loaded machine; a cut run stops mid-schedule at a high lr: EM 0.18); empty: none
+SFT_TIME_LIMIT=${SFT_TIME_LIMIT:-}  # seconds; empty (default): none, so a slow machine trains the same model as a fast
+                                   # one. A run it cuts stops mid-schedule at a high lr (EM 0.18): said after SFT and at the end
 SFT_FROM=${SFT_FROM:-}          # reuse stages 1-3 of an earlier run (its OUT)
 EVAL_LIMIT=${EVAL_LIMIT:-}      # test questions per file in the final evaluation (empty: all 300)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 start=$(date +%s)
 stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
+sft_cut() {  # why the SFT run in $1 stopped before its planned steps (sft_summary.json); nothing if it finished
+  [ -f "$1/sft_summary.json" ] && $PY -c 'import json, sys; s = json.load(open(sys.argv[1]))
+if s["stopped"] != "done": print("SFT stopped early at step %d of %d (%s)" % (s["steps"], s["planned_steps"], s["stopped"]))' \
+    "$1/sft_summary.json" || true
+}
 
 SRC=${SFT_FROM:-$OUT}  # where the data and the SFT model are
 if [ -z "$SFT_FROM" ]; then
@@ -61,10 +66,12 @@ $PY -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$OUT/oracle/orac
   trainer.total_steps="${SFT_MAX_STEPS:-null}" trainer.time_limit_s="${SFT_TIME_LIMIT:-null}" \
   actor.lr=5e-3 data.train_batch_size=16 actor.sft_context_loss_weight=1.0
 cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"  # infer.py prompts as in training
-[ -n "${SFT_ONLY:-}" ] && { stage "done: SFT model $OUT/sft"; exit 0; }
 else
   echo "stages 1-3 reused from $SFT_FROM"
 fi
+CUT=$(sft_cut "$SRC/sft")
+[ -z "$CUT" ] || echo "WARNING: $CUT: the warm start is not the full schedule's model" >&2
+[ -n "${SFT_ONLY:-}" ] && { stage "done: SFT model $SRC/sft${CUT:+ - WARNING: $CUT}"; exit 0; }
 
 stage "4/5 simulated pool server"
 source scripts/sim_pool.sh
@@ -82,3 +89,4 @@ rm -rf "$OUT/hf" && cp -r "$OUT/ppo/hf" "$OUT/hf"  # what infer.py and test.sh l
 $EVAL --checkpoint "$SRC/sft" --checkpoint "$OUT/hf" --out "$OUT/eval"
 
 stage "done: metrics $OUT/ppo/metrics.jsonl, curves $OUT/ppo/curves.png, evaluation $OUT/eval"
+[ -z "$CUT" ] || echo "WARNING: $CUT: PPO started from a partly trained warm start, so these results are not the embedded default's"

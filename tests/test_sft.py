@@ -137,7 +137,7 @@ def test_sft_lowers_the_loss_and_saves_a_loadable_model(tmp_path, oracle, tok):
     assert len(out_ids) >= 1
 
 
-def test_time_limit_and_max_steps_stop_early_and_still_save(tmp_path, oracle):
+def test_time_limit_and_max_steps_stop_early_and_still_save(tmp_path, oracle, capsys):
     out = tmp_path / "sft"
     inline = json.dumps(SMALL)
     assert sft_main(["--data", str(oracle / "oracle.parquet"), "--model", inline, "--tokenizer",
@@ -149,6 +149,9 @@ def test_time_limit_and_max_steps_stop_early_and_still_save(tmp_path, oracle):
                      str(oracle / "tokenizer"), "--out", str(out), "--time-limit-s", "0", "--batch-size", "4"]) == 0
     summary = json.loads((out / "sft_summary.json").read_text())
     assert summary["steps"] == 1 and summary["stopped"].startswith("time limit")
+    printed = capsys.readouterr()  # a cut run says so where it stops and in the final table's first line
+    assert f"sft STOPPED EARLY at step 1 of {summary['planned_steps']}: trainer.time_limit_s=0" in printed.out + printed.err
+    assert f"finished 1 of {summary['planned_steps']} steps - STOPPED EARLY (time limit 0s)" in printed.out
 
 
 def test_cli_errors_are_clear(tmp_path, oracle, capsys):

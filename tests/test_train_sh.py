@@ -76,3 +76,45 @@ def read_parquet_rows(path):
     import pandas as pd
 
     return pd.read_parquet(path).to_dict("records")
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stands in for python in train.sh: records each command, makes the files the next stage reads, runs -c for real.
+echo "$*" >> "$OUT/commands.log"
+case "$*" in
+  -c*) exec {python} "$@" ;;
+  *data_process.sim_oracle*) mkdir -p "$OUT/oracle" && touch "$OUT/oracle/prompt_template.txt" ;;
+  *"--config-name sft"*) mkdir -p "$OUT/sft" && printf '%s' "$SUMMARY" > "$OUT/sft/sft_summary.json" ;;
+esac
+"""
+
+
+def _train_sh_sft_only(tmp_path, summary: dict, **env):
+    """train.sh SFT_ONLY=1 with the fake python (an env value of None unsets it); its output and SFT command."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
+    fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake), "OUT": str(tmp_path / "out"), "SFT_ONLY": "1",
+           "SUMMARY": json.dumps(summary), **env}
+    proc = subprocess.run(["bash", "train.sh"], cwd=ROOT, env={k: v for k, v in env.items() if v is not None},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    sft = [line for line in (tmp_path / "out" / "commands.log").read_text().splitlines() if "--config-name sft" in line]
+    return proc, sft[0]
+
+
+def test_the_embedded_default_has_a_step_budget_not_a_clock(tmp_path):
+    """A slow machine trains the same warm start as a fast one: no SFT time limit unless one is asked for."""
+    done = {"steps": 750, "planned_steps": 750, "stopped": "done"}
+    proc, sft = _train_sh_sft_only(tmp_path, done, SFT_TIME_LIMIT=None)
+    assert "trainer.time_limit_s=null" in sft and "trainer.total_epochs=6" in sft
+    assert "WARNING" not in proc.stdout + proc.stderr
+
+
+def test_a_warm_start_cut_by_a_time_limit_is_said_on_the_console_and_in_the_last_line(tmp_path):
+    cut = {"steps": 632, "planned_steps": 750, "stopped": "time limit 900s"}
+    proc, sft = _train_sh_sft_only(tmp_path, cut, SFT_TIME_LIMIT="900")
+    assert "trainer.time_limit_s=900" in sft
+    note = "SFT stopped early at step 632 of 750 (time limit 900s)"
+    assert f"WARNING: {note}" in proc.stderr
+    assert proc.stdout.rstrip().splitlines()[-1].endswith(f"done: SFT model {tmp_path / 'out' / 'sft'} - WARNING: {note}")

@@ -229,16 +229,19 @@ def run(cfg: DictConfig) -> dict:
             if owner is not None and owner.hosts:
                 owner.shutdown()
     if is_main:
-        print(summary(last, cfg), flush=True)
+        print(summary(last, cfg, trainer.stopped), flush=True)
     return last
 
 
-def summary(metrics: dict, cfg: DictConfig) -> str:
-    """The end-of-run table: the console fields over the whole run (metrics.jsonl), else the last step's."""
+def summary(metrics: dict, cfg: DictConfig, stopped: str = "done") -> str:
+    """The end-of-run table: the console fields over the whole run (metrics.jsonl), else the last step's;
+    a run that stopped before its planned steps says why in the first line."""
     out = Path(cfg.trainer.output_dir)
     rows = read_jsonl(out / "metrics.jsonl") if (out / "metrics.jsonl").exists() else [{"step": 0, **metrics}]
     steps = rows[-1]["step"] if rows else 0
-    return f"finished {steps} of {cfg.trainer.total_steps} steps -> {out} (every metric: metrics.jsonl)\n" + summary_table(rows)
+    early = "" if stopped == "done" else f" - STOPPED EARLY ({stopped})"
+    return (f"finished {steps} of {cfg.trainer.total_steps} steps{early} -> {out} (every metric: metrics.jsonl)\n"
+            + summary_table(rows))
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="ppo_trainer", version_base=None)

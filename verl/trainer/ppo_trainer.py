@@ -625,6 +625,9 @@ class PPOTrainer:
             timed_out = t.time_limit_s is not None and time.perf_counter() - started > t.time_limit_s
             if timed_out:
                 self.stopped = f"time limit {t.time_limit_s:g}s"
+                if self.is_main:  # a cut schedule trains a different model: say so where it happens
+                    tqdm.write(f"{self.mode} STOPPED EARLY at step {step} of {t.total_steps}: trainer.time_limit_s="
+                               f"{t.time_limit_s:g} reached (the learning-rate schedule did not finish)")
             is_last = step == t.total_steps or timed_out
             if is_last or (t.test_freq and step % t.test_freq == 0):
                 self.join_ahead()
