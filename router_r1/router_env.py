@@ -36,7 +36,7 @@ from typing import Optional
 import numpy as np
 from omegaconf import II
 
-from router_r1.pool.client import PoolClient, RouteRequest
+from router_r1.pool.client import PoolClient, ReplyLimits, RouteRequest
 from router_r1.pool.health import PoolHealth
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import build_router_prompt, load_template
@@ -371,6 +371,8 @@ class RouterEnvConfig:
     max_concurrency: int = 32  # pool calls in flight per endpoint
     call_timeout_s: float = 30.0  # seconds per pool call attempt
     call_deadline_s: float = 120.0  # seconds per pool call, retries included; then the call is a failed observation
+    max_reply_chars: int = ReplyLimits.max_chars  # pool reply text kept; longer is cut (the call's turn says `cut`)
+    max_reply_bytes: int = ReplyLimits.max_bytes  # pool reply body read; longer is a failed call (`too_large`)
     max_retries: int = 4  # retries of a retryable pool error (bounded exponential backoff with jitter)
     max_pool_failure_rate: float = PoolHealth.max_failure_rate  # a training batch whose pool calls fail more often is unhealthy (pool/failure_rate is logged every step)
     pool_failure_patience: int = PoolHealth.patience  # unhealthy training batches in a row before training stops with PoolFailureError (validation only reports)
@@ -411,7 +413,8 @@ def make_env(env_cfg, tokenizer) -> RouterEnv:
     if cfg.seen_only:
         registry = registry.seen()
     client = PoolClient(registry, max_concurrency_per_endpoint=cfg.max_concurrency, timeout_s=cfg.call_timeout_s,
-                        max_retries=cfg.max_retries, deadline_s=cfg.call_deadline_s, cache_dir=cfg.cache_dir)
+                        max_retries=cfg.max_retries, deadline_s=cfg.call_deadline_s, cache_dir=cfg.cache_dir,
+                        limits=ReplyLimits(cfg.max_reply_chars, cfg.max_reply_bytes))
     health = PoolHealth(cfg.max_pool_failure_rate, cfg.pool_failure_patience,
                         hint=f"Pool settings in force: env.call_timeout_s={cfg.call_timeout_s:g}, env.call_deadline_s="
                              f"{cfg.call_deadline_s:g}, env.max_concurrency={cfg.max_concurrency}, pool {cfg.pool}"

@@ -17,7 +17,8 @@ import pytest
 from aiohttp import web
 
 from router_r1.pool.cache import cache_key
-from router_r1.pool.client import PoolClient, PoolResult, RouteRequest, backoff_delay, retry_after_s
+from router_r1.pool.client import (PoolClient, PoolResult, ReplyLimits, RouteRequest, backoff_delay,
+                                    retry_after_s)
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import submodel_messages
 
@@ -56,6 +57,9 @@ class ScriptedServer:
                 await asyncio.sleep(30)  # cancelled when the client gives up (handler_cancellation)
             if model == "garbage":
                 return web.Response(text="<html>not json", content_type="application/json")
+            hostile = HOSTILE.get(model)
+            if hostile is not None:
+                return await hostile(request, query)
             if model == "surrogate":  # valid JSON holding lone UTF-16 surrogates (and a good pair)
                 body = ('{"id": "x", "object": "chat.completion", "created": 0, "model": "surrogate", "choices": '
                         '[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": '
@@ -94,12 +98,53 @@ class ScriptedServer:
         self.loop.close()
 
 
+def _completion(content: str, usage: str = '{"prompt_tokens": 3, "completion_tokens": 4}') -> str:
+    """A chat.completion body as text, so a test can put anything in it."""
+    return ('{"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [{"index": 0, '
+            '"finish_reason": "stop", "message": {"role": "assistant", "content": ' + json.dumps(content) + '}}], '
+            '"usage": ' + usage + '}')
+
+
+async def _raw(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
+
+
+async def _drip(request: web.Request, query: str) -> web.StreamResponse:
+    """Headers at once, then a body that never finishes (one byte every 50 ms)."""
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await resp.prepare(request)
+    for _ in range(2000):
+        await resp.write(b" ")
+        await asyncio.sleep(0.05)
+    return resp
+
+
+# Replies of a hostile or broken endpoint, by api id (hostile-client, issue 29).
+HOSTILE = {
+    "latin1": lambda r, q: _raw(_completion("caf\u00e9").replace("\\u00e9", "\u00e9").encode("latin-1")),
+    "deep": lambda r, q: _raw(b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    "bignum": lambda r, q: _raw(_completion("ok", '{"prompt_tokens": ' + "9" * 5000 + ', "completion_tokens": 1}')
+                                .encode()),
+    "huge": lambda r, q: _raw(_completion("A" * 10_000_000).encode()),
+    "long": lambda r, q: _raw(_completion("B" * 50_000).encode()),
+    "bigusage": lambda r, q: _raw(_completion("four", '{"prompt_tokens": ' + str(10**30) + ', "completion_tokens": '
+                                                      + str(10**30) + '}').encode()),
+    "leaky": lambda r, q: _error_async(500, "x" * 251 + r.headers["Authorization"].split()[-1] + " echoed"),
+    "drip": _drip,
+}
+
+
+async def _error_async(status: int, message: str) -> web.Response:
+    return _error(status, message)
+
+
 def _error(status: int, message: str, headers: dict | None = None) -> web.Response:
     return web.json_response({"error": {"message": message, "type": "test", "code": str(status)}},
                              status=status, headers=headers)
 
 
-MODELS = ["echo", "slow", "flaky", "limited", "down", "missing", "hang", "garbage", "nousage", "surrogate"]
+MODELS = ["echo", "slow", "flaky", "limited", "down", "missing", "hang", "garbage", "nousage", "surrogate",
+          *HOSTILE]
 
 
 def make_registry(url: str) -> ModelRegistry:
@@ -107,7 +152,7 @@ def make_registry(url: str) -> ModelRegistry:
     models.append({"name": "Denied-Model", "api_id": "echo", "api_key_env": "ROUTER_TEST_WRONG_KEY"})
     return ModelRegistry.from_dict({
         "defaults": {"base_url": url, "api_key_env": "ROUTER_TEST_KEY", "price_out_per_m": 2.0,
-                     "price_in_per_m": 1.0, "max_tokens": 64},
+                     "price_in_per_m": 1.0, "max_tokens": 256},
         "models": models,
     })
 
@@ -340,3 +385,84 @@ def test_lone_surrogates_in_a_reply_are_cleaned_where_they_enter(server, tmp_pat
     assert "Paris" in ep.text and ep.response_ids
     write_jsonl(tmp_path / "t.jsonl", [{"text": ep.text, "turns": ep.turns}])
     assert "\ufffd" in (tmp_path / "t.jsonl").read_text(encoding="utf-8")
+
+
+# ---- a hostile endpoint: every reply is an observation, never an exception (issue 29) ----
+
+@pytest.mark.parametrize("model", ["Latin1-Model", "Deep-Model", "Bignum-Model"])
+def test_an_undecodable_reply_is_a_failed_call(server, model):
+    # not UTF-8 / 100,000 levels of JSON / a 5,000-digit number: UnicodeDecodeError, RecursionError and
+    # ValueError escaped the client before, crashing a rollout, an evaluation and the router server
+    with fast_client(server) as client:
+        r, ok = client.route([RouteRequest(model, "q"), RouteRequest("Echo-Model", "q")])
+    assert (r.ok, r.error, r.attempts, r.text, r.cost_usd) == (False, "bad_response", 1, None, 0.0)
+    assert ok.ok and ok.text == "echo:q"  # the rest of the batch is untouched
+
+
+def test_a_huge_reply_is_not_read_past_the_byte_cap(server):
+    with fast_client(server, limits=ReplyLimits(max_chars=1000, max_bytes=100_000)) as client:
+        [r] = client.route([RouteRequest("Huge-Model", "q")])
+    assert (r.ok, r.error, r.attempts, r.text) == (False, "too_large", 1, None)
+
+
+def test_a_long_reply_is_cut_and_says_so(server, tmp_path):
+    with fast_client(server, limits=ReplyLimits(max_chars=1000), cache_dir=tmp_path) as client:
+        r, = client.route([RouteRequest("Long-Model", "q")])
+        hit, = client.route([RouteRequest("Long-Model", "q")])
+        short, = client.route([RouteRequest("Echo-Model", "q")])
+    assert r.ok and r.cut and r.text == "B" * 1000
+    assert hit.cached and hit.cut and hit.text == r.text  # the cache keeps the mark
+    assert short.ok and not short.cut
+
+
+def test_a_reply_that_never_finishes_ends_at_the_call_timeout(server):
+    with fast_client(server, timeout_s=0.3, max_retries=0) as client:
+        [r] = client.route([RouteRequest("Drip-Model", "q")])
+    assert (r.ok, r.error, r.attempts) == (False, "timeout", 1)  # the body would drip for 100 s
+
+
+def test_absurd_usage_is_bounded_by_the_request_and_flagged(server, caplog):
+    with fast_client(server) as client, caplog.at_level(logging.WARNING):
+        [r] = client.route([RouteRequest("Bigusage-Model", "q")])
+        [fair] = client.route([RouteRequest("Echo-Model", "q")])
+    spec = make_registry(server.url)["Bigusage-Model"]
+    asked = sum(len(m["content"].encode()) for m in submodel_messages("q"))
+    assert r.ok and r.text == "four" and r.usage_capped
+    assert r.completion_tokens == spec.max_tokens  # the server cannot write more than was asked
+    assert asked < r.prompt_tokens <= asked + 1024  # nor read much more than was sent
+    assert r.cost_usd == pytest.approx(spec.cost(r.prompt_tokens, r.completion_tokens)) and r.cost_usd < 0.01
+    assert not fair.usage_capped and fair.completion_tokens == 2
+    assert "usage" in caplog.text and "Bigusage-Model" in caplog.text
+
+
+def test_a_key_echoed_across_the_cut_of_the_error_text_does_not_leak(server, caplog):
+    # the detail is cut to 300 characters; the key starts at character 290, so cutting before
+    # redacting left its first ten characters in the log
+    with fast_client(server, max_retries=0) as client, caplog.at_level(logging.DEBUG):
+        [r] = client.route([RouteRequest("Leaky-Model", "q")])
+    assert r.error == "server_error"
+    assert "giving up" in caplog.text and "xxxxx" in caplog.text
+    assert KEY[:6] not in caplog.text
+
+
+def test_cut_and_capped_calls_reach_the_turn_record_and_the_step_metrics(server):
+    from router_r1.episodes.episode import Episode, TurnRules
+    from router_r1.pool.health import PoolHealth
+    from router_r1.router_env import make_env
+    from tiny import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    shape = {"response_length": 64, "max_response_length": 4096}  # a run config links these to rollout.*
+    env = make_env({**shape, "pool": "configs/pool/sim.yaml", "max_reply_chars": 1000, "max_reply_bytes": 70_000},
+                   tok)
+    env.client.close()
+    assert env.client.limits == ReplyLimits(max_chars=1000, max_bytes=70_000)  # the env keys reach the client
+    rules = TurnRules(tok, make_registry(server.url), max_turns=3, max_obs_length=64, max_response_length=4096)
+    ep = Episode(prompt_ids=[1])
+    with fast_client(server, limits=env.client.limits) as client:
+        for model in ("Long-Model", "Bigusage-Model", "Echo-Model"):
+            ep.turns.append({})
+            rules.after_pool(ep, client.route([RouteRequest(model, "q")])[0])
+    assert [(t["cut"], t["usage_capped"]) for t in ep.turns] == [(True, False), (False, True), (False, False)]
+    metrics = PoolHealth().observe([ep.turns], validate=False)
+    assert (metrics["pool/cut"], metrics["pool/usage_capped"]) == ([1.0], [1.0])

@@ -124,6 +124,7 @@ class TurnRules:
         ep.turns[-1].update({"ok": result.ok, "error": result.error, "cost_usd": result.cost_usd,
                              "latency_s": result.latency_s, "cached": result.cached,
                              "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+                             "cut": result.cut, "usage_capped": result.usage_capped,
                              "information": None if result.text is None else clean_text(result.text)})
         self._append_env(ep, obs)
 

@@ -31,6 +31,7 @@ class CachedReply:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    cut: bool = False  # the text was cut at the client's ReplyLimits.max_chars
 
 
 def _is_count(x: object) -> bool:
@@ -59,7 +60,7 @@ class ResponseCache:
             return None
         try:
             doc = json.loads(raw)
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, a number too long, nesting too deep
             log.warning("pool cache: corrupt file %s (not JSON: %s); ignoring it", path, e)
             return None
         if not (isinstance(doc, dict) and isinstance(doc.get("text"), str)
@@ -67,7 +68,7 @@ class ResponseCache:
             log.warning("pool cache: corrupt file %s (expected text, prompt_tokens, completion_tokens); "
                         "ignoring it", path)
             return None
-        return CachedReply(doc["text"], doc["prompt_tokens"], doc["completion_tokens"])
+        return CachedReply(doc["text"], doc["prompt_tokens"], doc["completion_tokens"], doc.get("cut") is True)
 
     def put(self, key: str, reply: CachedReply) -> None:
         """Store atomically; a failed write is logged, not raised (the cache is an optimisation)."""

@@ -9,6 +9,13 @@ runs past the deadline.
 A reply without `usage` counts as ok with 0 tokens and cost 0 (the text is still
 useful to the policy); a warning is logged once per model so the free calls are seen.
 
+A hostile or broken endpoint cannot crash or flood a run (docs/bad_input.md): the body is
+read by this module, at most `ReplyLimits.max_bytes` of it (beyond: `too_large`), and a
+body that is not UTF-8 JSON of the chat.completion shape is `bad_response`; reply text
+longer than `ReplyLimits.max_chars` is cut there (`cut=True`); a usage block claiming
+more than the call could have used is counted at that bound (`usage_capped=True`).
+`timeout_s` bounds each attempt, headers and body together.
+
 With `cache_dir`, successful replies are stored (text and token counts). A hit returns
 `cached=True`, `attempts=0` and the cost of the stored tokens at the registry price,
 i.e. the original cost while the pool yaml's prices are unchanged, so re-run
@@ -32,6 +39,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+import httpx2  # the HTTP library under openai's SDK: a body read by us raises its errors
 import openai
 
 from router_r1.pool.cache import CachedReply, ResponseCache, cache_key
@@ -41,8 +49,30 @@ from router_r1.prompts import submodel_messages
 log = logging.getLogger(__name__)
 
 ERROR_KINDS = ("unknown_model", "timeout", "rate_limit", "server_error", "connection",
-               "bad_response", "deadline", "auth")
+               "bad_response", "too_large", "deadline", "auth")
 RETRYABLE = frozenset({"timeout", "rate_limit", "server_error", "connection"})
+
+
+# Chat templates add tokens the request's text does not show (role markers, a default system
+# prompt): the most a prompt may count beyond one token per byte of its messages.
+PROMPT_TEMPLATE_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class ReplyLimits:
+    """What one pool reply may take; env.max_reply_chars / env.max_reply_bytes of a routing run."""
+
+    max_chars: int = 32_000  # reply text kept; longer text is cut here and the call marked `cut` (a 512-token reply is ~3,000)
+    max_bytes: int = 4 * 2**20  # reply body read; a longer body is a failed call (`too_large`), read no further
+
+    def __post_init__(self):
+        if self.max_chars < 1 or self.max_bytes < 1:
+            raise ValueError(f"ReplyLimits: max_chars and max_bytes must be >= 1, got {self.max_chars}, "
+                             f"{self.max_bytes}")
+
+
+class ReplyTooLarge(Exception):
+    """A reply body longer than ReplyLimits.max_bytes (raised while reading it)."""
 
 
 @dataclass
@@ -63,6 +93,8 @@ class PoolResult:
     attempts: int  # HTTP calls made (0 for a cache hit or an unknown model)
     cached: bool
     model: str | None  # canonical pool name, None if the name resolved to nothing
+    cut: bool = False  # the text was cut at ReplyLimits.max_chars
+    usage_capped: bool = False  # the reported usage was more than the call could use; counted at that bound
 
     @classmethod
     def failure(cls, error: str, *, model: str | None, attempts: int, latency_s: float) -> "PoolResult":
@@ -117,7 +149,13 @@ def classify(exc: BaseException) -> str:
         return "timeout"
     if isinstance(exc, openai.APIConnectionError):
         return "connection"
-    return "bad_response"  # APIResponseValidationError and other malformed replies
+    if isinstance(exc, ReplyTooLarge):
+        return "too_large"
+    if isinstance(exc, httpx2.TimeoutException):  # raised while reading the body
+        return "timeout"
+    if isinstance(exc, httpx2.TransportError):  # e.g. the connection closed inside the body
+        return "connection"
+    return "bad_response"  # APIResponseValidationError, an undecodable body and other malformed replies
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -129,21 +167,30 @@ def clean_text(text: str) -> str:
     return _LONE_SURROGATE.sub("\ufffd", text)
 
 
-def _parse_completion(resp: object) -> tuple[str, int, int, bool] | None:
-    """(text, prompt_tokens, completion_tokens, had_usage) from a ChatCompletion, None if malformed."""
-    choices = getattr(resp, "choices", None)
-    if not isinstance(choices, list) or not choices:
+def _is_count(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def parse_completion(body: bytes) -> tuple[str, int, int, bool] | None:
+    """(text, prompt_tokens, completion_tokens, had_usage) from a chat.completion body, None if it is not
+    UTF-8 JSON of that shape (RFC 8259 asks for UTF-8; nesting too deep or a number too long counts as malformed)."""
+    try:
+        doc = json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None
-    message = getattr(choices[0], "message", None)
-    text = getattr(message, "content", None)
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    message = choices[0].get("message")
+    text = message.get("content") if isinstance(message, dict) else None
     if not isinstance(text, str):
         return None
     text = clean_text(text)
-    usage = getattr(resp, "usage", None)
+    usage = doc.get("usage")
     if usage is None:
         return text, 0, 0, False
-    pt, ct = getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
-    if not (isinstance(pt, int) and isinstance(ct, int) and pt >= 0 and ct >= 0):
+    pt, ct = (usage.get("prompt_tokens"), usage.get("completion_tokens")) if isinstance(usage, dict) else (None, None)
+    if not (_is_count(pt) and _is_count(ct)):
         return None
     return text, pt, ct, True
 
@@ -163,7 +210,7 @@ class PoolClient:
                  timeout_s: float = 30.0, max_retries: int = 4, backoff_base_s: float = 0.5,
                  backoff_max_s: float = 8.0, deadline_s: float = 120.0, cache_dir: str | None = None,
                  messages_fn: Callable[[str], list[dict[str, str]]] = submodel_messages,
-                 seed: int | None = None):
+                 seed: int | None = None, limits: ReplyLimits = ReplyLimits()):
         if max_concurrency_per_endpoint < 1:
             raise ValueError(f"max_concurrency_per_endpoint must be >= 1, got {max_concurrency_per_endpoint}")
         if timeout_s <= 0 or deadline_s <= 0:
@@ -178,12 +225,14 @@ class PoolClient:
         self.backoff_max_s = backoff_max_s
         self.deadline_s = deadline_s
         self.messages_fn = messages_fn
+        self.limits = limits
         self.seed = seed  # sent to the endpoint as the sampling seed; part of the cache key
         self.cache = ResponseCache(cache_dir) if cache_dir else None
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _LoopState
         self._warned_no_usage: set[str] = set()
+        self._warned_usage: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # private loop behind the sync route()
         self._thread: threading.Thread | None = None
 
@@ -215,12 +264,10 @@ class PoolClient:
             key = cache_key(spec.api_id, messages, spec.temperature, spec.max_tokens, self.seed)
             hit = self.cache.get(key)
             if hit is not None:
-                # Cost from the stored tokens at the registry price: a re-run reports the same cost.
-                return PoolResult(ok=True, text=hit.text, prompt_tokens=hit.prompt_tokens,
-                                  completion_tokens=hit.completion_tokens,
-                                  cost_usd=spec.cost(hit.prompt_tokens, hit.completion_tokens),
-                                  latency_s=time.monotonic() - t0, error=None, attempts=0, cached=True,
-                                  model=spec.name)
+                # Cost from the stored tokens at the registry price: a re-run reports the same cost. The
+                # limits apply again: the file may predate them, or have been written under others.
+                return self._result(spec, messages, (hit.text, hit.prompt_tokens, hit.completion_tokens, True),
+                                    attempts=0, t0=t0, cached=True, cut=hit.cut)
 
         api_key = spec.api_key()
         client, slots = self._endpoint(spec, api_key)
@@ -231,17 +278,17 @@ class PoolClient:
                     async with slots:  # waiting for a slot counts against the deadline too
                         attempts += 1
                         async with asyncio.timeout(self.timeout_s):
-                            resp = await self._create(client, spec, messages)
-            # The SDK raises JSONDecodeError itself for a 200 whose body is not JSON.
-            except (openai.APIError, TimeoutError, json.JSONDecodeError) as e:
+                            body = await self._create(client, spec, messages)
+            # httpx2's errors come from reading the body ourselves; the SDK wraps those of the request.
+            except (openai.APIError, httpx2.HTTPError, ReplyTooLarge, TimeoutError) as e:
                 if whole.expired():
                     return self._give_up(spec, "deadline", attempts, t0, e, api_key)
                 err, kind = e, classify(e)
             else:
-                parsed = _parse_completion(resp)
+                parsed = parse_completion(body)
                 if parsed is None:
                     return self._give_up(spec, "bad_response", attempts, t0, None, api_key)
-                return self._success(spec, parsed, attempts, t0, key)
+                return self._success(spec, messages, parsed, attempts, t0, key)
 
             if kind not in RETRYABLE or attempts > self.max_retries:
                 return self._give_up(spec, kind, attempts, t0, err, api_key)
@@ -254,29 +301,57 @@ class PoolClient:
             log.debug("pool %s: attempt %d failed (%s); retrying in %.2fs", spec.name, attempts, kind, delay)
             await asyncio.sleep(delay)
 
-    async def _create(self, client: openai.AsyncOpenAI, spec: ModelSpec, messages: list[dict[str, str]]):
+    async def _create(self, client: openai.AsyncOpenAI, spec: ModelSpec, messages: list[dict[str, str]]) -> bytes:
+        """The reply body of one attempt; ReplyTooLarge as soon as it passes limits.max_bytes."""
         extra = {} if self.seed is None else {"seed": self.seed}
-        return await client.chat.completions.create(
-            model=spec.api_id, messages=messages, temperature=spec.temperature,
-            max_tokens=spec.max_tokens, timeout=self.timeout_s, **extra)
+        async with client.chat.completions.with_streaming_response.create(
+                model=spec.api_id, messages=messages, temperature=spec.temperature,
+                max_tokens=spec.max_tokens, timeout=self.timeout_s, **extra) as resp:
+            body = bytearray()
+            async for chunk in resp.iter_bytes():
+                body += chunk
+                if len(body) > self.limits.max_bytes:  # leaving the block drops the rest unread
+                    raise ReplyTooLarge(f"reply body over {self.limits.max_bytes} bytes (env.max_reply_bytes)")
+        return bytes(body)
 
-    def _success(self, spec: ModelSpec, parsed: tuple[str, int, int, bool], attempts: int, t0: float,
-                 key: str | None) -> PoolResult:
-        text, pt, ct, had_usage = parsed
+    def _success(self, spec: ModelSpec, messages: list[dict[str, str]], parsed: tuple[str, int, int, bool],
+                 attempts: int, t0: float, key: str | None) -> PoolResult:
+        had_usage = parsed[3]
         if not had_usage and spec.name not in self._warned_no_usage:
             self._warned_no_usage.add(spec.name)
             log.warning("pool %s: reply without usage; counting 0 tokens and cost 0", spec.name)
+        result = self._result(spec, messages, parsed, attempts=attempts, t0=t0, cached=False, cut=False)
         if key is not None:
-            self.cache.put(key, CachedReply(text, pt, ct))
-        return PoolResult(ok=True, text=text, prompt_tokens=pt, completion_tokens=ct,
-                          cost_usd=spec.cost(pt, ct), latency_s=time.monotonic() - t0, error=None,
-                          attempts=attempts, cached=False, model=spec.name)
+            self.cache.put(key, CachedReply(result.text, result.prompt_tokens, result.completion_tokens, result.cut))
+        return result
+
+    def _result(self, spec: ModelSpec, messages: list[dict[str, str]], parsed: tuple[str, int, int, bool], *,
+                attempts: int, t0: float, cached: bool, cut: bool) -> PoolResult:
+        """An ok result within the limits: text cut at max_chars, usage bounded by what the call could use."""
+        text, pt, ct, _ = parsed
+        if len(text) > self.limits.max_chars:
+            text, cut = text[:self.limits.max_chars], True
+        # A server writes at most the max_tokens asked for, and reads about one token per byte sent at most.
+        # The reply's length is no bound: reasoning models are billed for tokens they do not return.
+        pt_max = sum(len(str(m.get("content", "")).encode("utf-8")) for m in messages) + PROMPT_TEMPLATE_TOKENS
+        capped = pt > pt_max or ct > spec.max_tokens
+        if capped:
+            if spec.name not in self._warned_usage:
+                self._warned_usage.add(spec.name)
+                log.warning("pool %s: reply claims usage of %d prompt + %d completion tokens, more than the call "
+                            "could use; counting at most %d + %d (max_tokens)", spec.name, pt, ct, pt_max,
+                            spec.max_tokens)
+            pt, ct = min(pt, pt_max), min(ct, spec.max_tokens)
+        return PoolResult(ok=True, text=text, prompt_tokens=pt, completion_tokens=ct, cost_usd=spec.cost(pt, ct),
+                          latency_s=time.monotonic() - t0, error=None, attempts=attempts, cached=cached,
+                          model=spec.name, cut=cut, usage_capped=capped)
 
     def _give_up(self, spec: ModelSpec, kind: str, attempts: int, t0: float, exc: BaseException | None,
                  api_key: str) -> PoolResult:
-        detail = "" if exc is None else f"{type(exc).__name__}: {exc}"[:300]
-        if api_key and api_key != "EMPTY":
-            detail = detail.replace(api_key, "***")  # a server might echo the header back
+        detail = "" if exc is None else f"{type(exc).__name__}: {exc}"
+        if api_key and api_key != "EMPTY":  # a server might echo the header back
+            detail = detail.replace(api_key, "***")
+        detail = detail[:300]  # after redacting: a key across the cut would keep its first characters
         log.warning("pool %s: giving up after %d attempt(s): %s %s", spec.name, attempts, kind, detail)
         return PoolResult.failure(kind, model=spec.name, attempts=attempts, latency_s=time.monotonic() - t0)
 

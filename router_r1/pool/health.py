@@ -20,7 +20,8 @@ class PoolFailureError(RuntimeError):
 
 
 def call_stats(turns: list[list[dict]]) -> dict:
-    """Calls, failures by error kind and latency p50/p95 (s, cache hits left out) over episodes' turns."""
+    """Calls, failures by error kind, replies cut, usage claims capped, and latency p50/p95 (s, cache hits
+    left out) over episodes' turns."""
     calls = [t for ep in turns for t in ep if "ok" in t]
     errors: dict[str, int] = {}
     for c in calls:
@@ -30,7 +31,9 @@ def call_stats(turns: list[list[dict]]) -> dict:
     p50, p95 = np.percentile(lat, [50, 95]).tolist() if lat else (math.nan, math.nan)
     failed = sum(errors.values())
     return {"calls": len(calls), "failed": failed, "failure_rate": failed / len(calls) if calls else 0.0,
-            "errors": dict(sorted(errors.items())), "latency_p50_s": p50, "latency_p95_s": p95}
+            "errors": dict(sorted(errors.items())), "cut": sum(bool(c.get("cut")) for c in calls),
+            "usage_capped": sum(bool(c.get("usage_capped")) for c in calls),
+            "latency_p50_s": p50, "latency_p95_s": p95}
 
 
 @dataclass
@@ -48,7 +51,8 @@ class PoolHealth:
     def observe(self, turns: list[list[dict]], validate: bool) -> dict[str, list[float]]:
         """Metrics of one batch (one value each); a training batch may raise PoolFailureError."""
         s = call_stats(turns)
-        metrics = {"pool/failure_rate": [s["failure_rate"]], "pool/calls": [float(s["calls"])]}
+        metrics = {"pool/failure_rate": [s["failure_rate"]], "pool/calls": [float(s["calls"])],
+                   "pool/cut": [float(s["cut"])], "pool/usage_capped": [float(s["usage_capped"])]}
         if s["calls"] and math.isfinite(s["latency_p50_s"]):
             metrics.update({"pool/latency_p50_s": [s["latency_p50_s"]], "pool/latency_p95_s": [s["latency_p95_s"]]})
         if validate or not s["calls"]:
