@@ -3,6 +3,7 @@
     python -m data_process.build_qa --out-dir data/router_r1                 # from the hub
     python -m data_process.build_qa --local-dir /data/flashrag --out-dir ...  # DIR/<name>/<split>.jsonl
     python -m data_process.build_qa --local-dir my_qa --sources hotpotqa,mine:dev --splits test
+    python -m data_process.build_qa --sources hotpotqa=eval/hotpotqa_500.jsonl,2wiki=eval/2wiki_500.jsonl
 
 Defaults follow the paper: NQ + HotpotQA train, 7,000 each (seed 42); validation 100 +
 100; test 500 each of NQ, TriviaQA, PopQA, HotpotQA, 2WikiMultiHopQA, Musique and all of
@@ -12,8 +13,11 @@ when the train or val sizes do. A source file smaller than its draws ask for is 
 among them in proportion (with a warning); one with fewer rows than draws is an error
 before anything is drawn. `--sources` / `--splits` build a subset; a source name that is
 not one of the paper's sets is a test set (DIR/<name>/test.jsonl, or <name>:<split>), and
-`--train-sources` / `--val-sources` name your own training and validation sets.
-Input rows are read as plain JSON (see data_process/qa_files.py for the answer layouts).
+`--train-sources` / `--val-sources` name your own training and validation sets. A source is
+read from DIR/<name>/<split>.jsonl, else the flat DIR/<name>.jsonl (or .parquet), or from
+the file NAME=PATH names; draws that read one file share it without overlap. Input rows are
+read as plain JSON (see data_process/qa_files.py for the answer layouts); a row keeps the
+file's own `id` (or R1-Searcher's `idx`) as its source_id.
 """
 from __future__ import annotations
 
@@ -29,7 +33,8 @@ from typing import Callable
 import numpy as np
 
 from data_process.qa_files import QUESTION_KEY, RawRow, columns_of, gold_key, gold_list, read_file
-from data_process.schema import DataBuildError, clean_answers, golds_problem, make_row, question_problem, validate_row
+from data_process.schema import (DataBuildError, clean_answers, golds_problem, id_problem, make_row, question_problem,
+                                  validate_row)
 from router_r1.pool.registry import ModelRegistry, RegistryError
 from router_r1.prompts import TemplateError, build_router_prompt, load_template
 
@@ -52,15 +57,16 @@ class Draw:
 
     split: str  # train | val | test
     source: str  # FlashRAG config name, also the rows' data_source
-    source_split: str
+    source_split: str  # the input split; for a file outside DIR/<name>/<split>, the file's name
     size: int | None
+    path: str | None = None  # the input file (NAME=PATH, or found under --local-dir); None: the hub
 
 
 @dataclass(frozen=True)
 class QAItem:
     """One usable input row."""
 
-    source_id: str  # the FlashRAG id (its row number if the file has none)
+    source_id: str  # the file's own id (FlashRAG's `id`, R1-Searcher's `idx`; its row number if it has none)
     question: str
     answers: list[str]
 
@@ -80,9 +86,9 @@ class BuildConfig:
     test_size: int = 500
     bamboogle_size: int | None = None  # None: all 125
     strict: bool = False
-    sources: tuple[str, ...] | None = None  # NAME or NAME:SPLIT; None: the paper's sets
-    train_sources: tuple[str, ...] | None = None  # NAME[:SPLIT] (split default train); None: NQ + HotpotQA
-    val_sources: tuple[str, ...] | None = None  # NAME[:SPLIT] (split default dev); None: NQ + HotpotQA dev
+    sources: tuple[str, ...] | None = None  # NAME, NAME:SPLIT or NAME=PATH; None: the paper's sets
+    train_sources: tuple[str, ...] | None = None  # NAME[:SPLIT] (split default train) or NAME=PATH; None: NQ + HotpotQA
+    val_sources: tuple[str, ...] | None = None  # NAME[:SPLIT] (split default dev) or NAME=PATH; None: NQ + HotpotQA dev
     splits: tuple[str, ...] = SPLITS  # which output splits to build
 
 
@@ -95,14 +101,38 @@ class BuildReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def parse_sources(names) -> dict[str, str | None]:
-    """NAME or NAME:SPLIT items -> {name: split or None}; a name must be usable in a file name."""
-    out: dict[str, str | None] = {}
+@dataclass(frozen=True)
+class SourceArg:
+    """One --sources item: a name (the rows' data_source) and its split or its file (else None)."""
+
+    split: str | None = None
+    path: str | None = None
+
+
+def parse_sources(names, flag: str = "--sources") -> dict[str, SourceArg]:
+    """NAME, NAME:SPLIT or NAME=PATH items -> {name: SourceArg}; a name must be usable in a file name
+    and appear once (each name is one data_source and one output file)."""
+    out: dict[str, SourceArg] = {}
+    given: dict[str, str] = {}
     for item in names:
-        name, _, split = item.strip().partition(":")
-        if not _NAME.fullmatch(name) or (split and not _NAME.fullmatch(split)):
-            raise DataBuildError(f"--sources: {item!r} is not NAME or NAME:SPLIT (letters, digits, _ . -)")
-        out[name] = split or None
+        item = item.strip()
+        name, eq, path = item.partition("=")
+        if eq:
+            if not path:
+                raise DataBuildError(f"{flag}: {item!r} names no file after '='")
+            arg = SourceArg(path=path)
+        else:
+            name, _, split = item.partition(":")
+            if split and not _NAME.fullmatch(split):
+                raise DataBuildError(f"{flag}: {item!r} is not NAME, NAME:SPLIT or NAME=PATH (letters, digits, _ . -)")
+            arg = SourceArg(split=split or None)
+        if not _NAME.fullmatch(name):
+            raise DataBuildError(f"{flag}: {item!r} is not NAME, NAME:SPLIT or NAME=PATH (letters, digits, _ . -)")
+        if name in out:
+            raise DataBuildError(f"{flag}: source {name!r} is given twice ({given[name]}, {item}); a name is one "
+                                 f"data_source and one output file: give each file its own name, as in "
+                                 f"{name}_a=FILE_A.jsonl,{name}_b=FILE_B.jsonl")
+        out[name], given[name] = arg, item
     return out
 
 
@@ -113,23 +143,28 @@ def default_draws(cfg: BuildConfig) -> list[Draw]:
     if bad or not cfg.splits:
         raise DataBuildError(f"--splits: {', '.join(bad) or 'none given'}; choose from {', '.join(SPLITS)}")
     wanted = None if cfg.sources is None else parse_sources(cfg.sources)
-    tests = dict(TEST_SETS) if wanted is None else {n: sp or TEST_SETS.get(n, "test") for n, sp in wanted.items()}
+    tests = ({n: SourceArg(sp) for n, sp in TEST_SETS.items()} if wanted is None else
+             {n: a if a.path else SourceArg(a.split or TEST_SETS.get(n, "test")) for n, a in wanted.items()})
 
-    def role(given, defaults: dict[str, str], split: str) -> dict[str, str]:
+    def role(given, flag: str, defaults: dict[str, str], split: str) -> dict[str, SourceArg]:
         # given explicitly: as given; else the paper's, less the sources --sources leaves out
         if given is not None:
-            return {n: sp or split for n, sp in parse_sources(given).items()}
-        return {n: sp for n, sp in defaults.items() if wanted is None or n in wanted}
+            return {n: a if a.path else SourceArg(a.split or split) for n, a in parse_sources(given, flag).items()}
+        return {n: SourceArg(sp) for n, sp in defaults.items() if wanted is None or n in wanted}
+
+    def draw(split: str, name: str, arg: SourceArg, size: int | None) -> Draw:
+        return Draw(split, name, Path(arg.path).name if arg.path else arg.split, size, arg.path)
 
     draws = []
     if "test" in cfg.splits:
-        draws += [Draw("test", s, sp, cfg.bamboogle_size if s == "bamboogle" else cfg.test_size)
-                  for s, sp in tests.items()]
+        draws += [draw("test", s, a, cfg.bamboogle_size if s == "bamboogle" else cfg.test_size)
+                  for s, a in tests.items()]
     if "val" in cfg.splits:
-        draws += [Draw("val", s, sp, cfg.val_size) for s, sp in role(cfg.val_sources, VAL_SETS, "dev").items()]
+        draws += [draw("val", s, a, cfg.val_size)
+                  for s, a in role(cfg.val_sources, "--val-sources", VAL_SETS, "dev").items()]
     if "train" in cfg.splits:
-        train = role(cfg.train_sources, dict.fromkeys(TRAIN_SOURCES, "train"), "train")
-        draws += [Draw("train", s, sp, cfg.train_size) for s, sp in train.items()]
+        train = role(cfg.train_sources, "--train-sources", dict.fromkeys(TRAIN_SOURCES, "train"), "train")
+        draws += [draw("train", s, a, cfg.train_size) for s, a in train.items()]
     if not draws:
         raise DataBuildError(f"nothing to build: no {'/'.join(cfg.splits)} draw from sources "
                              f"{', '.join(wanted or ())} (train: {', '.join(TRAIN_SOURCES)} or --train-sources; "
@@ -137,27 +172,51 @@ def default_draws(cfg: BuildConfig) -> list[Draw]:
     return draws
 
 
-def load_split(source: str, split: str, local_dir=None, cache_dir=None) -> tuple[list[RawRow], str]:
-    """The rows of one source split, each named by file and line, and a description of where they came from."""
+def locate(draw: Draw, local_dir=None) -> Draw:
+    """The draw with the file it reads: NAME=PATH's, else DIR/<name>/<split>.jsonl|.parquet, else the flat
+    DIR/<name>.jsonl|.parquet (then source_split is the file's name); without --local-dir, the hub's."""
+    if draw.path is not None:
+        if not Path(draw.path).is_file():
+            raise DataBuildError(f"{draw.source}={draw.path}: file not found")
+        return draw
     if local_dir is None:
-        import datasets
-
-        where = f"{HUB_ID} {source}/{split}"
-        try:
-            ds = datasets.load_dataset(HUB_ID, source, split=split, cache_dir=str(cache_dir) if cache_dir else None)
-        except Exception as e:  # network, auth and missing-config errors come in many types
-            raise DataBuildError(f"{where}: cannot load ({e}); without the hub, use --local-dir DIR "
-                                 f"holding DIR/{source}/{split}.jsonl") from e
-        return [RawRow(f"{where} row {i}", rec) for i, rec in enumerate(ds.to_list())], where
-    base = Path(local_dir) / source
-    for ext in ("jsonl", "parquet"):
-        path = base / f"{split}.{ext}"
+        return draw
+    base = Path(local_dir) / draw.source
+    tried = [base / f"{draw.source_split}.{ext}" for ext in ("jsonl", "parquet")]
+    flat = [Path(local_dir) / f"{draw.source}.{ext}" for ext in ("jsonl", "parquet")]
+    for path in tried + flat:
         if path.is_file():
-            try:
-                return read_file(path), f"{source}/{split} ({path})"
-            except OSError as e:
-                raise DataBuildError(f"{source}/{split} ({path}): cannot read ({e})") from e
-    raise DataBuildError(f"{source}/{split}: neither {base / (split + '.jsonl')} nor {base / (split + '.parquet')} exists")
+            split = draw.source_split if path in tried else path.name
+            return Draw(draw.split, draw.source, split, draw.size, str(path))
+    raise DataBuildError(f"{draw.source}/{draw.source_split}: none of " + ", ".join(map(str, tried + flat))
+                         + f" exists (or name the file: --sources {draw.source}=PATH)")
+
+
+def load_rows(draw: Draw, cache_dir=None) -> tuple[list[RawRow], str]:
+    """The rows a located draw reads (its file, else the hub), each named by file and line, and a
+    description of where they came from."""
+    where = f"{draw.source}/{draw.source_split}"
+    if draw.path is not None:
+        try:
+            return read_file(Path(draw.path)), f"{where} ({draw.path})"
+        except OSError as e:
+            raise DataBuildError(f"{where} ({draw.path}): cannot read ({e})") from e
+    import datasets
+
+    where = f"{HUB_ID} {where}"
+    try:
+        ds = datasets.load_dataset(HUB_ID, draw.source, split=draw.source_split,
+                                   cache_dir=str(cache_dir) if cache_dir else None)
+    except Exception as e:  # network, auth and missing-config errors come in many types
+        raise DataBuildError(f"{where}: cannot load ({e}); without the hub, use --local-dir DIR "
+                             f"holding DIR/{draw.source}/{draw.source_split}.jsonl, or "
+                             f"--sources {draw.source}=FILE") from e
+    return [RawRow(f"{where} row {i}", rec) for i, rec in enumerate(ds.to_list())], where
+
+
+def row_id(record: dict):
+    """The row's own id: `id` (FlashRAG), else `idx` (R1-Searcher), else None."""
+    return record.get("id", record.get("idx"))
 
 
 @dataclass
@@ -176,7 +235,9 @@ def usable_items(rows: list[RawRow], where: str, strict: bool) -> Usable:
     Every message names the file and line; with `strict` the first bad row is an error."""
     columns = columns_of(rows)
     key = gold_key(rows)
-    if rows and all(r.record is None for r in rows):
+    if not rows:
+        raise DataBuildError(f"{where}: the file is empty (no rows)")
+    if all(r.record is None for r in rows):
         pass  # every line unreadable: counted below, then "no usable rows"
     elif QUESTION_KEY not in columns:
         raise DataBuildError(f"{where}: missing column {QUESTION_KEY!r} (columns: {', '.join(columns)})")
@@ -189,7 +250,8 @@ def usable_items(rows: list[RawRow], where: str, strict: bool) -> Usable:
         if problem is None:
             value = rec.get(key)
             golds, shape = gold_list(value, key) if value is not None else (None, f"missing {key}")
-            problem = question_problem(rec.get(QUESTION_KEY)) or (shape if golds is None else golds_problem(golds, key))
+            problem = (question_problem(rec.get(QUESTION_KEY)) or (shape if golds is None else golds_problem(golds, key))
+                       or id_problem(row_id(rec)))
         if problem is not None:
             if strict:
                 raise DataBuildError(f"{r.where}: {problem} (--strict)")
@@ -198,7 +260,7 @@ def usable_items(rows: list[RawRow], where: str, strict: bool) -> Usable:
             first.setdefault(reason, r.where)
             continue
         shapes[shape] += 1
-        rid = rec.get("id")
+        rid = row_id(rec)
         items.append(QAItem(str(i if rid is None else rid), rec[QUESTION_KEY].strip(), clean_answers(golds)))
     mapped = f"question from {QUESTION_KEY!r}, golds from {key!r} (" + ", ".join(
         f"{n} rows: {shape}" for shape, n in shapes.most_common()) + ")"
@@ -272,14 +334,16 @@ def build(cfg: BuildConfig, draws: list[Draw] | None = None) -> BuildReport:
     report = BuildReport()
     outputs: dict[str, list[dict]] = {}
 
-    groups: dict[tuple[str, str], list[Draw]] = {}
-    for d in draws:
-        groups.setdefault((d.source, d.source_split), []).append(d)
+    groups: dict[tuple, list[Draw]] = {}  # draws that read one file (or hub split) share its rows
+    for d in (locate(d, cfg.local_dir) for d in draws):
+        key = ("file", str(Path(d.path).resolve())) if d.path else ("hub", d.source, d.source_split)
+        groups.setdefault(key, []).append(d)
     plans = []  # every file is read and every size planned before anything is drawn
-    for (source, source_split), group in groups.items():
-        rows, where = load_split(source, source_split, cfg.local_dir, cfg.cache_dir)
+    for group in groups.values():
+        first = group[0]
+        rows, where = load_rows(first, cfg.cache_dir)
         usable = usable_items(rows, where, cfg.strict)
-        name = f"{source}/{source_split}"
+        name = f"{first.source}/{first.source_split}"
         report.mapped[name] = usable.mapped
         if usable.bad:
             report.skipped[name], report.first_bad[name] = usable.bad, usable.first_bad
@@ -290,10 +354,10 @@ def build(cfg: BuildConfig, draws: list[Draw] | None = None) -> BuildReport:
         if warning:
             report.warnings.append(warning)
             print(f"warning: {warning}", file=sys.stderr)
-        plans.append((source, source_split, group, usable.items, takes))
+        plans.append((group, usable.items, takes))
 
-    for source, source_split, group, items, takes in plans:
-        order = source_permutation(len(items), cfg.seed, source, source_split)
+    for group, items, takes in plans:
+        order = source_permutation(len(items), cfg.seed, group[0].source, group[0].source_split)
         start = 0
         for d, n in zip(group, takes):
             take = np.sort(order[start:start + n])  # file order; the trainer shuffles
@@ -301,9 +365,9 @@ def build(cfg: BuildConfig, draws: list[Draw] | None = None) -> BuildReport:
             rows = outputs.setdefault(out_name(d), [])
             for index, k in enumerate(take.tolist()):
                 item = items[k]
-                row = make_row(source, d.split, index, item.question, item.answers, prompter(item.question),
-                               source_split, item.source_id)
-                validate_row(row, f"{out_name(d)}: {source} row {index}")
+                row = make_row(d.source, d.split, index, item.question, item.answers, prompter(item.question),
+                               d.source_split, item.source_id)
+                validate_row(row, f"{out_name(d)}: {d.source} row {index}")
                 rows.append(row)
 
     report.files = write_parquets(cfg.out_dir, outputs)
@@ -338,7 +402,8 @@ def budget_arg(text: str) -> int:
 def parse_args(argv: list[str] | None = None) -> BuildConfig:
     p = argparse.ArgumentParser(prog="python -m data_process.build_qa", description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", default="data/router_r1", help="where the parquet files go")
-    p.add_argument("--local-dir", default=None, help="read DIR/<name>/<split>.jsonl (or .parquet) instead of the hub")
+    p.add_argument("--local-dir", default=None, help="read DIR/<name>/<split>.jsonl, else DIR/<name>.jsonl (or "
+                                                      ".parquet) instead of the hub")
     p.add_argument("--cache-dir", default=None, help="datasets cache directory")
     p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml whose models the prompt lists")
     p.add_argument("--include-unseen", action="store_true", help="also list the models marked unseen")
@@ -350,13 +415,13 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
     p.add_argument("--test-size", type=size_arg, default=500, help="rows per test source, Bamboogle aside")
     p.add_argument("--bamboogle-size", type=size_arg, default=None, help="Bamboogle test rows (default: all)")
     p.add_argument("--strict", action="store_true", help="a bad input row is an error instead of skipped")
-    p.add_argument("--sources", type=_csv, default=None, metavar="NAME[:SPLIT],...",
+    p.add_argument("--sources", type=_csv, default=None, metavar="NAME[:SPLIT]|NAME=PATH,...",
                    help="build only these sources; a name not among the paper's sets is a test set read from "
-                        "<name>/test (or <name>/SPLIT)")
+                        "<name>/test (or <name>/SPLIT), or from the file PATH; each name once")
     p.add_argument("--splits", type=_csv, default=SPLITS, metavar="train,val,test", help="build only these splits")
-    p.add_argument("--train-sources", type=_csv, default=None, metavar="NAME[:SPLIT],...",
+    p.add_argument("--train-sources", type=_csv, default=None, metavar="NAME[:SPLIT]|NAME=PATH,...",
                    help="train on these (split default: train) instead of NQ + HotpotQA")
-    p.add_argument("--val-sources", type=_csv, default=None, metavar="NAME[:SPLIT],...",
+    p.add_argument("--val-sources", type=_csv, default=None, metavar="NAME[:SPLIT]|NAME=PATH,...",
                    help="validate on these (split default: dev) instead of NQ + HotpotQA dev")
     return BuildConfig(**vars(p.parse_args(argv)))
 

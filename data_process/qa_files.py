@@ -50,6 +50,12 @@ def read_jsonl(path: Path) -> Iterator[RawRow]:
             except json.JSONDecodeError as e:
                 yield RawRow(where, None, f"not JSON ({e.msg} at column {e.colno})")
                 continue
+            except RecursionError:
+                yield RawRow(where, None, "JSON nested too deeply (past the parser's recursion limit)")
+                continue
+            except ValueError as e:  # an integer of more digits than int() converts (4,300 by default)
+                yield RawRow(where, None, f"number too long ({str(e).split(';')[0]})")
+                continue
             if not isinstance(record, dict):
                 yield RawRow(where, None, f"not a JSON object (a {type(record).__name__})")
                 continue

@@ -29,6 +29,15 @@ def make_uid(source: str, split: str, index: int) -> str:
     return f"{source}-{split}-{index}"
 
 
+def _lone_surrogate(text: str) -> int | None:
+    """Where a string holds a lone UTF-16 surrogate (JSON's "\\ud800" decodes to one; no file can hold it)."""
+    try:
+        text.encode("utf-8")
+        return None
+    except UnicodeEncodeError as e:
+        return e.start
+
+
 def question_problem(question) -> str | None:
     """Why a row's question cannot be used, or None if it can."""
     if question is None:
@@ -37,6 +46,15 @@ def question_problem(question) -> str | None:
         return f"question is a {type(question).__name__}, not a string"
     if not question.strip():
         return "empty question"
+    if (at := _lone_surrogate(question)) is not None:
+        return f"lone surrogate (U+{ord(question[at]):04X} in the question at character {at + 1})"
+    return None
+
+
+def id_problem(row_id) -> str | None:
+    """Why a row's own id cannot be kept as its source_id, or None if it can (or there is none)."""
+    if isinstance(row_id, str) and (at := _lone_surrogate(row_id)) is not None:
+        return f"lone surrogate (U+{ord(row_id[at]):04X} in the id at character {at + 1})"
     return None
 
 
@@ -44,6 +62,9 @@ def golds_problem(answers: list, key: str = "golden_answers") -> str | None:
     """Why a list of gold answers cannot be used, or None if at least one usable gold remains."""
     if not all(isinstance(a, str) for a in answers):
         return f"{key} holds a non-string"
+    for a in answers:
+        if (at := _lone_surrogate(a)) is not None:
+            return f"lone surrogate (U+{ord(a[at]):04X} in {key} at character {at + 1})"
     if not clean_answers(answers):
         return f"empty {key}"  # nothing left but blanks and golds like "The" or "?!" (see clean_answers)
     return None

@@ -1,5 +1,6 @@
-"""build_qa on the files users bring: the common answer layouts, a subset of sources and splits,
-bytes that are not UTF-8 and rows whose golds are not strings (real jsonl/parquet files)."""
+"""build_qa on the files users bring: the common answer layouts, a subset of sources and splits, files in
+their own layout (NAME=PATH, flat DIR/<name>.jsonl), bytes that are not UTF-8, rows whose golds are not
+strings, JSON that cannot be kept (lone surrogates, deep nesting, huge numbers) and empty files (real files)."""
 import json
 from pathlib import Path
 
@@ -113,11 +114,14 @@ def test_one_row_of_numeric_golds_does_not_retype_the_others(tmp_path, capsys):
 
 
 def test_bad_source_names_are_refused():
-    from data_process.build_qa import parse_sources
+    from data_process.build_qa import SourceArg, parse_sources
 
-    assert parse_sources(["mine", "hotpotqa:dev"]) == {"mine": None, "hotpotqa": "dev"}
-    with pytest.raises(DataBuildError, match=r"'\.\./x' is not NAME or NAME:SPLIT"):
+    assert parse_sources(["mine", "hotpotqa:dev", "r1=a/b.jsonl"]) == {
+        "mine": SourceArg(), "hotpotqa": SourceArg(split="dev"), "r1": SourceArg(path="a/b.jsonl")}
+    with pytest.raises(DataBuildError, match=r"'\.\./x' is not NAME, NAME:SPLIT or NAME=PATH"):
         parse_sources(["../x"])
+    with pytest.raises(DataBuildError, match=r"'x=' names no file"):
+        parse_sources(["x="])
 
 
 def test_hub_rows_go_through_the_same_reading(tmp_path, monkeypatch, capsys):
@@ -140,3 +144,84 @@ def test_hub_rows_go_through_the_same_reading(tmp_path, monkeypatch, capsys):
     assert asked == [("RUC-NLPIR/FlashRAG_datasets", "bamboogle", "test")]
     assert _golds(tmp_path / "out" / "test_bamboogle.parquet") == {QUESTIONS[0]: ["Shakespeare"]}
     assert "empty question: 1 (first at RUC-NLPIR/FlashRAG_datasets bamboogle/test row 1)" in capsys.readouterr().out
+
+
+def _rows(path: Path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+def test_a_source_name_given_twice_is_refused_not_dropped(tmp_path, capsys):
+    """The first of two raw:SPLIT items used to be dropped silently (500 rows of 2wiki only)."""
+    for split in ("hotpotqa_500", "2wiki_500"):
+        _jsonl(tmp_path / "in" / "raw" / f"{split}.jsonl", [{"question": q, "answer": "x"} for q in QUESTIONS])
+    assert _build(tmp_path, "--local-dir", tmp_path / "in", "--sources", "raw:hotpotqa_500,raw:2wiki_500",
+                  "--splits", "test") == 1
+    err = capsys.readouterr().err
+    assert "error: --sources: source 'raw' is given twice (raw:hotpotqa_500, raw:2wiki_500)" in err
+    assert "give each file its own name" in err and not (tmp_path / "out").exists()
+    assert _build(tmp_path, "--sources", "a=x.jsonl", "--train-sources", "mine,mine:dev", "--splits", "train") == 1
+    assert "error: --train-sources: source 'mine' is given twice" in capsys.readouterr().err
+
+
+def test_files_in_their_own_layout_keep_their_own_ids(tmp_path, capsys):
+    """R1-Searcher's evaluation files (`idx`, `answer`) named as NAME=PATH, and a flat DIR/<name>.jsonl with `id`."""
+    r1 = tmp_path / "eval"
+    _jsonl(r1 / "hotpotqa_500.jsonl", [{"idx": 100 + i, "question": q, "answer": "x"} for i, q in enumerate(QUESTIONS)])
+    _jsonl(r1 / "2wiki_500.jsonl", [{"idx": 7, "question": "Who built it?", "answer": "y"}])
+    assert _build(tmp_path, "--sources", f"hotpotqa={r1 / 'hotpotqa_500.jsonl'},2wiki={r1 / '2wiki_500.jsonl'}",
+                  "--splits", "test") == 0
+    out = tmp_path / "out"
+    hot, wiki = _rows(out / "test_hotpotqa.parquet"), _rows(out / "test_2wiki.parquet")
+    assert sorted(r["extra_info"]["source_id"] for r in hot) == ["100", "101", "102"]
+    assert {r["data_source"] for r in hot} == {"hotpotqa"} and [r["data_source"] for r in wiki] == ["2wiki"]
+    assert [r["extra_info"]["source_id"] for r in wiki] == ["7"]
+    assert {r["extra_info"]["source_split"] for r in hot} == {"hotpotqa_500.jsonl"}
+    assert f"read hotpotqa/hotpotqa_500.jsonl: question from 'question'" in capsys.readouterr().out
+
+    flat = tmp_path / "flat"
+    _jsonl(flat / "mine.jsonl", [{"id": f"m{i}", "question": f"question {i}?", "answer": "g"} for i in range(6)])
+    assert _build(tmp_path / "f", "--local-dir", flat, "--sources", "mine", "--train-sources", "mine",
+                  "--splits", "train,test", "--train-size", "4", "--test-size", "2") == 0
+    train, test = _rows(tmp_path / "f" / "out" / "train.parquet"), _rows(tmp_path / "f" / "out" / "test_mine.parquet")
+    ids = [r["extra_info"]["source_id"] for r in train + test]
+    assert (len(train), len(test)) == (4, 2) and sorted(ids) == [f"m{i}" for i in range(6)]  # one file, no overlap
+
+    assert _build(tmp_path / "g", "--sources", f"gone={tmp_path / 'nope.jsonl'}", "--splits", "test") == 1
+    assert f"error: gone={tmp_path / 'nope.jsonl'}: file not found" in capsys.readouterr().err
+    assert _build(tmp_path / "g", "--local-dir", flat, "--sources", "other", "--splits", "test") == 1
+    err = capsys.readouterr().err
+    assert f"{flat / 'other' / 'test.jsonl'}" in err and f"{flat / 'other.jsonl'}" in err and "--sources other=PATH" in err
+
+
+def test_json_no_file_can_hold_is_a_bad_row_named_by_file_and_line(tmp_path, capsys):
+    """A lone surrogate, nesting past the recursion limit and a 5,000-digit number: skipped and counted by
+    reason (they were a UnicodeEncodeError, RecursionError or ValueError with no file or line)."""
+    path = tmp_path / "in" / "mine" / "test.jsonl"
+    path.parent.mkdir(parents=True)
+    good = [json.dumps({"question": q, "answer": "x"}) for q in QUESTIONS]
+    hostile = ['{"question": "caf\\ud800?", "answer": "x"}', '{"question": "q?", "answer": ["\\udfff"]}',
+               '{"question": "q?", "answer": "x", "id": "\\ud800"}',
+               '{"question": "q?", "answer": "x", "meta": ' + "[" * 100_000 + "]" * 100_000 + "}",
+               '{"question": "q?", "answer": "x", "n": ' + "7" * 5000 + "}"]
+    path.write_text("\n".join(good[:1] + hostile + good[1:]) + "\n", encoding="utf-8")
+    assert _build(tmp_path, "--local-dir", tmp_path / "in", "--sources", "mine", "--splits", "test") == 0
+    out = capsys.readouterr().out
+    assert f"lone surrogate: 3 (first at {path} line 2)" in out
+    assert f"JSON nested too deeply: 1 (first at {path} line 5)" in out
+    assert f"number too long: 1 (first at {path} line 6)" in out
+    assert sorted(_golds(tmp_path / "out" / "test_mine.parquet")) == sorted(QUESTIONS)
+    assert _build(tmp_path, "--local-dir", tmp_path / "in", "--sources", "mine", "--strict") == 1
+    assert (f"error: {path} line 2: lone surrogate (U+D800 in the question at character 4) (--strict)"
+            in capsys.readouterr().err)
+
+
+def test_an_empty_file_is_called_empty(tmp_path, capsys):
+    _jsonl(tmp_path / "in" / "blank" / "test.jsonl", [])
+    (tmp_path / "in" / "blank" / "test.jsonl").write_text("\n\n")
+    (tmp_path / "in" / "none").mkdir()
+    pd.DataFrame({"question": pd.Series([], dtype=str), "answer": pd.Series([], dtype=str)}).to_parquet(
+        tmp_path / "in" / "none" / "test.parquet")
+    for name, file in (("blank", "test.jsonl"), ("none", "test.parquet")):
+        assert _build(tmp_path, "--local-dir", tmp_path / "in", "--sources", name, "--splits", "test") == 1
+        err = capsys.readouterr().err
+        assert f"error: {name}/test ({tmp_path / 'in' / name / file}): the file is empty (no rows)" in err, err

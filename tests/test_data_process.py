@@ -166,7 +166,7 @@ def test_missing_column_is_an_error_naming_it(tmp_path, hf_cache):
     (tmp_path / "nq" / "train.jsonl").write_text(json.dumps({"query": "q", "answer": "a"}) + "\n")
     with pytest.raises(DataBuildError, match=r"train\.jsonl\): missing column 'question' \(columns: query, answer\)"):
         build(_cfg(tmp_path / "out", hf_cache, local_dir=tmp_path), draws=[Draw("train", "nq", "train", 1)])
-    with pytest.raises(DataBuildError, match=r"neither .*popqa/test\.jsonl nor .*popqa/test\.parquet"):
+    with pytest.raises(DataBuildError, match=r"none of .*popqa/test\.jsonl, .*popqa/test\.parquet, .*popqa\.jsonl"):
         build(_cfg(tmp_path / "out", hf_cache, local_dir=tmp_path), draws=[Draw("test", "popqa", "test", 1)])
 
 

@@ -96,3 +96,25 @@ def test_trainer_rejects_a_bad_row_before_building_workers(tmp_path, monkeypatch
                                               "data.val_files=[]", "model.tokenizer=tiny"])
     with pytest.raises(DataError, match=rf"{path}: row 2: .*'an', which normalises to nothing"):
         main_ppo.run(cfg)
+
+
+@pytest.mark.parametrize("source, why", [
+    (b"\xff\xfe", r"'data_source' is a bytes \(b'\\xff\\xfe'\), not a string"),
+    ("", "'data_source' is empty"),
+    ("nq\x00", r"'data_source' 'nq\\x00' holds unprintable characters"),
+])
+def test_a_data_source_that_cannot_name_a_metric_is_refused_at_load(tmp_path, source, why):
+    """A non-UTF-8 data_source (a binary column) became the metric name val/b'\\xff\\xfe'/reward."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _rows()
+    binary = isinstance(source, bytes)  # a binary column: what a file written with bytes for the names holds
+    values = [r["data_source"].encode() if binary else r["data_source"] for r in rows]
+    values[1] = source
+    table = pa.Table.from_pylist(rows)
+    sources = pa.array(values, pa.binary() if binary else pa.string())
+    path = tmp_path / "train.parquet"
+    pq.write_table(table.set_column(table.schema.get_field_index("data_source"), "data_source", sources), path)
+    with pytest.raises(DataError, match=rf"{re.escape(str(path))}: row 1: {why}"):
+        _load(path)

@@ -1,7 +1,8 @@
 """Prompt data set from parquet files, and a step-indexed batch order.
 
 A row needs a `prompt` column of chat messages (list of {role, content}); every other
-column travels with the row as a non-tensor field (data_source, reward_model, ...).
+column travels with the row as a non-tensor field (data_source, reward_model, ...). A
+`data_source`, where the file has one, must be printable text: it names validation metrics.
 The environment may pass `row_check` (fields -> problem or None; RouterEnv.check_row):
 every row is checked when the file is loaded, and bad rows are named by file and row.
 The batch for training step s is a pure function of (seed, s), so a resumed run sees
@@ -58,6 +59,17 @@ def message_problem(messages) -> str | None:
     return None
 
 
+def data_source_problem(value) -> str | None:
+    """Why a row's `data_source` cannot name its metrics (val/<data_source>/reward), or None."""
+    if not isinstance(value, str):
+        return f"'data_source' is a {type(value).__name__} ({value!r:.60}), not a string"
+    if not value.strip():
+        return "'data_source' is empty"
+    if not value.isprintable():  # control characters, and lone surrogates from a bad decode
+        return f"'data_source' {value!r:.60} holds unprintable characters"
+    return None
+
+
 class PromptDataset:
     """Tokenised prompts; `truncation` is "error" (default), "left" or "skip" for long ones."""
 
@@ -88,7 +100,11 @@ class PromptDataset:
                 record = {k: to_python(v) for k, v in record.items()}
                 messages = record.pop(prompt_key)
                 problem = message_problem(messages)
-                problem = f"{prompt_key!r} {problem}" if problem else row_check and row_check(record)
+                if problem:
+                    problem = f"{prompt_key!r} {problem}"
+                elif "data_source" in record:
+                    problem = data_source_problem(record["data_source"])
+                problem = problem or (row_check and row_check(record))
                 if problem:
                     bad.append(f"{path}: row {i}: {problem}")
                     continue
