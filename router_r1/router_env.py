@@ -175,23 +175,35 @@ class RouterEnv:
                 validate: bool) -> RolloutResult:
         """Play one episode per row. `generate` is a batch function, or an engine with async
         `generate_one` (the continuous schedule uses it directly; the others need a batch function)."""
+        if self.cfg.schedule == "continuous":
+            return self.client.run(self.rollout_async(rows, as_async(generate), sampling, validate))
+        if not callable(generate):
+            raise ValueError(f"env.schedule={self.cfg.schedule!r} needs a batch generate function; "
+                             f"{type(generate).__name__} only has generate_one (use schedule=continuous)")
         episodes = self.episodes_for(rows, sampling, validate)
         alphas = [self.alpha_of(r.uid, sampling, validate) for r in rows]
         sampling = self.turn_sampling(sampling)
         track = LogprobTrack(episodes) if sampling.return_logprobs else None
-        if self.cfg.schedule == "continuous":
-            self.client.run(self._run_continuous(episodes, as_async(generate), sampling, track))
-        elif not callable(generate):
-            raise ValueError(f"env.schedule={self.cfg.schedule!r} needs a batch generate function; "
-                             f"{type(generate).__name__} only has generate_one (use schedule=continuous)")
-        elif self.cfg.schedule == "sync":
+        if self.cfg.schedule == "sync":
             self._run_sync(episodes, generate, sampling, track)
         else:
             self.client.run(self._run_overlap(episodes, generate, sampling, track))
-        result = self._result(episodes, track)
-        if self.cfg.alphas:
-            result.info["alpha"] = alphas
-        return result
+        return self._result(episodes, track, alphas)
+
+    async def rollout_async(self, rows, engine: AsyncRolloutBackend, sampling: SamplingParams,
+                            validate: bool) -> RolloutResult:
+        """The continuous schedule on the running loop: one coroutine per row, through `generate_one`
+        (`rollout` runs it; streaming rollouts await it per prompt group on `submit`'s loop)."""
+        episodes = self.episodes_for(rows, sampling, validate)
+        alphas = [self.alpha_of(r.uid, sampling, validate) for r in rows]
+        sampling = self.turn_sampling(sampling)
+        track = LogprobTrack(episodes) if sampling.return_logprobs else None
+        await self._run_continuous(episodes, engine, sampling, track)
+        return self._result(episodes, track, alphas)
+
+    def submit(self, coro):
+        """Start a coroutine on the pool client's loop (where its connections live); its future."""
+        return self.client.submit(coro)
 
     def _generated(self, ep: Episode, out, track: "LogprobTrack | None"):
         """Hand a generated turn to the rules (recording its log-probs first); returns the route or None."""
@@ -279,7 +291,8 @@ class RouterEnv:
             for task in [t for t in calls if t.done() and t.exception()]:
                 raise task.exception()
 
-    def _result(self, episodes: list[Episode], track: "LogprobTrack | None" = None) -> RolloutResult:
+    def _result(self, episodes: list[Episode], track: "LogprobTrack | None" = None,
+                alphas: list | None = None) -> RolloutResult:
         def mask(e: Episode) -> list[int]:  # mask mode: a trajectory that hit the budget is left out of the loss
             return [0] * len(e.response_mask) if self.cfg.budget_mode == "mask" and e.hit_budget else e.response_mask
 
@@ -297,6 +310,8 @@ class RouterEnv:
         )
         if track is not None:
             result.info["rollout_log_probs"] = [track.aligned(e) for e in episodes]
+        if self.cfg.alphas:
+            result.info["alpha"] = alphas
         return result
 
     # ------------------------------------------------------------------ reward

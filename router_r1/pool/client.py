@@ -28,6 +28,7 @@ uses one private loop thread (keep-alive connections survive between calls); cal
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import email.utils
 import json
 import logging
@@ -403,6 +404,10 @@ class PoolClient:
             coro.close()
             raise RuntimeError("PoolClient.run()/route() called from its own loop; await the coroutine instead")
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def submit(self, coro) -> "concurrent.futures.Future":
+        """Start a coroutine that uses this client on its private loop thread; its future, not waited for."""
+        return asyncio.run_coroutine_threadsafe(coro, self._private_loop())
 
     def _private_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:

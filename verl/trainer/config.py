@@ -60,6 +60,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory for weights and KV cache
     tensor_parallel_size: int = 1  # vllm: GPUs per engine
     enforce_eager: bool = False  # vllm: no CUDA graphs (debugging)
+    in_flight: int = 0  # streaming rollouts (0: off, each step plays its own batch): prompt groups (rollout.n episodes each) kept in play; a step trains on the first data.train_batch_size that finish, the rest carry over (bounded by trainer.max_staleness, weighted by algorithm.rollout_is_cap); try 2x data.train_batch_size. Needs an env with rollout_async; not with dynamic sampling, off_policy_steps or torchrun ranks
     val_greedy: bool = True  # validation decodes greedily (and really does)
     val_temperature: float = 0.0  # validation temperature when val_greedy is false
 
@@ -141,6 +142,7 @@ class TrainerConfig:
     seed: int = 1  # sampling seed (step s samples with seed + s)
     balance_rollouts: bool = False  # spmd: spread episodes over ranks by a per-row load hint, largest first to the least-loaded rank (hint: env.row_load(row, sampling, validate) if the env has it, else extra_info.turn_budget; no hint or off: contiguous chunks)
     off_policy_steps: int = 0  # 1: the next step's rollout (generation + pool calls) runs while this step trains; the loss is weighted by algorithm.rollout_is_cap-truncated importance weights
+    max_staleness: int = 1  # streaming (rollout.in_flight > 0): most policy updates between the oldest weights that sampled a group and its update; a group past it is dropped, finished or not (stream/dropped)
     dump_rollouts: int = 0  # write the first N training episodes of every step (text, score, metrics) to output_dir/rollouts.jsonl (0 = off)
     plot_keys: list[str] = field(default_factory=lambda: ["reward/mean", "val/reward/mean", "actor/pg_loss", "critic/vf_loss", "response_length/mean"])  # metrics drawn in output_dir/curves.png
 

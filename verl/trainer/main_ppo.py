@@ -219,6 +219,7 @@ def run(cfg: DictConfig) -> dict:
     try:
         last = trainer.fit()
     finally:
+        trainer.close()  # groups still in play (streaming) stop before the env's client closes
         if tracker is not None:
             tracker.finish()
         close = getattr(env, "close", None)

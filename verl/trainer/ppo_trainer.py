@@ -4,7 +4,8 @@ with trainer.mode=sft one step = one length-bucketed batch of data.sft_files -> 
 
 Read `step()` top to bottom; everything else is bookkeeping (validation, checkpoints,
 logging). With trainer.off_policy_steps=1 the next step's rollout (generation and pool calls)
-runs in a background thread while this step trains (see `fit` and `off_policy_weights`). The workers (actor, critic, reference) live behind worker groups, so the
+runs in a background thread while this step trains (see `fit` and `off_policy_weights`); with
+rollout.in_flight > 0 rollouts stream (verl/trainer/streaming.py, `take_streamed`). The workers (actor, critic, reference) live behind worker groups, so the
 same loop drives one CPU process, a torchrun launch, or Ray actors.
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ from verl.trainer.config import save_run_config
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env_interface import Env, RolloutResult
 from verl.trainer.sft_data import SFTSet, collate
+from verl.trainer.streaming import StreamingRollout
 from verl.trainer.tracking import Tracker, plot_curves, timer, trim_jsonl
 from verl.workers.fsdp import CheckpointError
 from verl.workers.rollout.base import AsyncRolloutBackend, GenOutput, SamplingParams
@@ -194,8 +196,34 @@ class PPOTrainer:
         self._ahead: Future | None = None  # the next step's rollout, running while this step trains
         self._env_state_before_ahead: dict = {}  # env.state_dict() taken as that rollout started
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if self.off_policy_steps else None
+        self.in_flight = int(cfg.rollout.get("in_flight", 0))  # prompt groups in play; 0: no streaming
+        self.max_staleness = int(cfg.trainer.get("max_staleness", 1))
+        self._stream: StreamingRollout | None = None
+        self._stream_pending: list[int] = []  # a checkpoint's groups that were in play: played first on resume
+        if self.in_flight:
+            self._check_streaming(dist)
         if alg.dynamic_sampling.enable and cfg.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n > 1 (it keeps groups whose rewards differ)")
+
+    def _check_streaming(self, dist) -> None:
+        cfg = self.cfg
+        why = None
+        if self.in_flight < cfg.data.train_batch_size:
+            why = f"rollout.in_flight={self.in_flight} must be >= data.train_batch_size={cfg.data.train_batch_size}"
+        elif self.max_staleness < 0:
+            why = f"trainer.max_staleness must be >= 0, got {self.max_staleness}"
+        elif self.off_policy_steps:
+            why = "rollout.in_flight (streaming) and trainer.off_policy_steps=1 are two ways to the same end: pick one"
+        elif cfg.algorithm.dynamic_sampling.enable:
+            why = "rollout.in_flight (streaming) with algorithm.dynamic_sampling is not built"
+        elif dist is not None and dist.world_size > 1:
+            why = f"rollout.in_flight (streaming) runs with one process (or Ray), not {dist.world_size} torchrun ranks"
+        if why:
+            raise ValueError(why)
+
+    @property
+    def streaming(self) -> bool:
+        return self.in_flight > 0
 
     # ------------------------------------------------------------------ rollout
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[GenOutput]:
@@ -238,7 +266,8 @@ class PPOTrainer:
         step = self.global_step if step is None else step
         return SamplingParams(temperature=temperature, top_p=r.top_p, top_k=r.top_k,
                               max_new_tokens=r.response_length, seed=self.cfg.trainer.seed + step,
-                              return_logprobs=(bool(self.off_policy_steps) or r.name == "vllm") and not validate)
+                              return_logprobs=(bool(self.off_policy_steps) or self.streaming or r.name == "vllm")
+                              and not validate)
 
     def play(self, rows, validate: bool, sampling: SamplingParams | None = None,
              sync: bool = True) -> tuple[RolloutResult, np.ndarray, dict[str, list]]:
@@ -282,12 +311,19 @@ class PPOTrainer:
         result, scores, env_metrics = self.play(rows, validate)
         return self.to_batch(result, rows, scores), env_metrics
 
-    def next_rows(self) -> list:
-        """The next prompt batch of the data order, each prompt repeated rollout.n times (one uid group)."""
+    def next_indices(self) -> list[int]:
+        """The next prompt batch of the data order, as indices into the training set."""
         d = self.cfg.data
         self.gen_batches += 1
-        idx = train_batch_indices(len(self.train_set), d.train_batch_size, self.gen_batches, d.seed, d.shuffle)
-        return [self.train_set.rows[i] for i in idx for _ in range(self.cfg.rollout.n)]
+        return list(train_batch_indices(len(self.train_set), d.train_batch_size, self.gen_batches, d.seed, d.shuffle))
+
+    def group_rows(self, index: int) -> list:
+        """Prompt `index` repeated rollout.n times (one uid group)."""
+        return [self.train_set.rows[index]] * self.cfg.rollout.n
+
+    def next_rows(self) -> list:
+        """The next prompt batch of the data order, each prompt repeated rollout.n times (one uid group)."""
+        return [r for i in self.next_indices() for r in self.group_rows(i)]
 
     def train_episodes(self, rows, metrics: dict, step: int | None = None,
                        sync: bool = True) -> tuple[DataProto, dict[str, list]]:
@@ -311,6 +347,11 @@ class PPOTrainer:
         if k and sampling.seed is not None:  # fresh sampling noise for each extra batch of a step
             sampling = dataclasses.replace(sampling, seed=sampling.seed + 100_003 * k)
         result, scores, env_metrics = self.play(rows, validate=False, sampling=sampling, sync=sync)
+        return self._scored(rows, result, scores, env_metrics, k, step)
+
+    def _scored(self, rows, result: RolloutResult, scores: np.ndarray, env_metrics: dict, k: int,
+                step: int | None) -> Played:
+        """A played batch with the overlong penalty (when on) in its scores; the first of a step is dumped."""
         o = self.cfg.algorithm.overlong_penalty
         if o.enable:
             lengths = [len(r) for r in result.response_ids]
@@ -370,6 +411,30 @@ class PPOTrainer:
         self._env_state_before_ahead = copy.deepcopy(self.env.state_dict())
         self._ahead = self._pool.submit(self.collect, self.next_rows(), self.global_step + 1, False, self.global_step)
 
+    def take_streamed(self) -> Collected:
+        """Streaming: sync the engine, let the groups in play decode again, and collect the first
+        data.train_batch_size that finish (scored now: the env's state holds trained episodes only)."""
+        self.actor.sync_rollout()
+        if self._stream is None:
+            self._stream = StreamingRollout(
+                self.env, self.engine(), self.next_indices, self.group_rows,
+                lambda version: self.sampling(validate=False, step=version), self.in_flight, self.max_staleness,
+                version=self.global_step, pending=self._stream_pending)
+        metrics: dict[str, float] = {}
+        engine, decode_before = self._stream.gate.engine, self.decode_s
+        busy_before = engine.busy_s() if isinstance(engine, _LocalAsyncEngine) else 0.0
+        with timer("gen", metrics):
+            groups, stream_metrics = self._stream.take(self.cfg.data.train_batch_size, self.global_step)
+        rows = [r for g in groups for r in g.rows]
+        result = _pick([g.result for g in groups], list(range(len(rows))))
+        scores, env_metrics = self.env.score(result, rows, False)
+        played = self._scored(rows, result, np.asarray(scores, dtype=np.float32), env_metrics, 0, None)
+        metrics.update(stream_metrics)
+        busy = engine.busy_s() - busy_before if isinstance(engine, _LocalAsyncEngine) else 0.0
+        metrics["timing/decode"] = busy + self.decode_s - decode_before  # (the engine's, or batch generate's)
+        version = self.global_step - int(stream_metrics["stream/staleness_max"])
+        return Collected(self.to_batch(result, rows, played.scores), played.metrics, metrics, version, self.gen_batches)
+
     def join_ahead(self) -> Collected | None:
         """Wait for the rollout played ahead, if any, and keep it for the next step (validation and
         saving need the engine and a quiet env)."""
@@ -378,7 +443,9 @@ class PPOTrainer:
     def next_collected(self) -> tuple[Collected, float]:
         """The next step's episodes: the rollout played ahead (waited for), else played now; and the wait."""
         start = time.perf_counter()
-        if self._ahead is not None:
+        if self.streaming:
+            collected = self.take_streamed()
+        elif self._ahead is not None:
             collected, self._ahead = self._ahead.result(), None
         else:
             collected = self.collect(self.next_rows())
@@ -404,9 +471,9 @@ class PPOTrainer:
                 batch = batch.union(self.actor.compute_log_prob(batch))
             if "rollout_log_probs" in batch.batch:  # training/inference drift, as veRL reports it
                 metrics.update(logprob_mismatch(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], mask))
-            if self.off_policy_steps:
+            if self.off_policy_steps or self.streaming:
                 if "rollout_log_probs" not in batch.batch:
-                    raise ValueError("trainer.off_policy_steps=1 needs the sampling engine's log-probs: the env must "
+                    raise ValueError("trainer.off_policy_steps=1 and rollout.in_flight need the sampling engine's log-probs: the env must "
                                      "return info['rollout_log_probs'] when sampling.return_logprobs is set")
                 weights, is_stats = off_policy_weights(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"],
                                                        mask, alg.rollout_is_cap)
@@ -515,6 +582,8 @@ class PPOTrainer:
             state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value,
                      "env": env_state, "sft_tokens": self.sft_tokens,
                      "gen_batches": self.gen_batches if ahead is None else ahead.gen_batches}
+            if self._stream is not None:  # groups in play are not trained: a resumed run plays them first
+                state["stream_pending"], state["gen_batches"] = self._stream.pending(lambda: self.gen_batches)
             torch.save(state, step_dir / "trainer_state.pt")
             (step_dir / "trainer_state.json").write_text(json.dumps(
                 {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value}))
@@ -564,6 +633,7 @@ class PPOTrainer:
         self.gen_batches = int(state.get("gen_batches", self.global_step))  # one batch per step before DAPO
         self.kl_ctrl.value = float(state["kl_coef"])  # both controllers keep it as a plain attribute
         self.sft_tokens = int(state.get("sft_tokens", 0))
+        self._stream_pending = [int(i) for i in state.get("stream_pending", [])]
 
     def resume(self) -> None:
         """resume=auto: the newest checkpoint that verifies and loads (damaged ones are reported and
@@ -661,6 +731,12 @@ class PPOTrainer:
         if self.mode == "sft" and self.is_main:
             self._write_sft_summary(train_s)
         return last
+
+    def close(self) -> None:
+        """Stop the streaming groups still in play (their rows are in the last checkpoint's pending list)."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
 
     def _write_sft_summary(self, train_s: float) -> None:
         """output_dir/sft_summary.json: steps, first and final loss (mean of the last 10), throughput, why it stopped."""

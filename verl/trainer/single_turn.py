@@ -6,6 +6,7 @@ reward function is named in the config (`env.reward_fn: module:function`) and ca
 """
 from __future__ import annotations
 
+import asyncio
 import importlib
 from dataclasses import dataclass
 
@@ -31,8 +32,14 @@ class SingleTurnEnv:
         self.max_response_length = max_response_length
 
     def rollout(self, rows, generate: GenerateFn, sampling: SamplingParams, validate: bool) -> RolloutResult:
-        prompts = [r.prompt_ids for r in rows]
-        outs = generate(prompts, sampling)
+        return self._result([r.prompt_ids for r in rows], generate([r.prompt_ids for r in rows], sampling), sampling)
+
+    async def rollout_async(self, rows, engine, sampling: SamplingParams, validate: bool) -> RolloutResult:
+        """The same episodes through an engine's async `generate_one` (streaming rollouts play groups so)."""
+        outs = await asyncio.gather(*(engine.generate_one(list(r.prompt_ids), sampling) for r in rows))
+        return self._result([r.prompt_ids for r in rows], list(outs), sampling)
+
+    def _result(self, prompts, outs, sampling: SamplingParams) -> RolloutResult:
         responses = [o.token_ids[: self.max_response_length] for o in outs]
         info = {"finish_reason": [o.finish_reason for o in outs]}
         if sampling.return_logprobs:  # the sampling engine's own log-probs (off-policy training reads them)
