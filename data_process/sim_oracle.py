@@ -25,6 +25,7 @@ config (OUT/model.json) of the embedded default.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -69,6 +70,10 @@ class OracleConfig:
     report: bool = False
     tokenizer: bool = True
     vocab_size: int = 1024
+    # The world's names as whole tokens (one-step copies), or left to the BPE (syllables: every piece is
+    # seen in training, so a name the SFT data never showed can still be copied piece by piece)
+    name_tokens: bool = True
+    model: str | None = None  # JSON of EMBEDDED_MODEL keys to override in OUT/model.json ({"hidden_size": 256})
 
 
 @dataclass
@@ -302,9 +307,9 @@ def run(cfg: OracleConfig) -> dict:
         corpus = [chat_text(r["prompt"]) for r in rows] + [r["response_text"] for r in rows] + extra
         # Model names and the world's names as single tokens: shorter sequences, one-step copies.
         world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
-        names = ModelRegistry.from_yaml(cfg.pool).names + world_words(world)
+        names = ModelRegistry.from_yaml(cfg.pool).names + (world_words(world) if cfg.name_tokens else [])
         tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=names)
-        write_model_config(out / "model.json", tok)
+        write_model_config(out / "model.json", tok, json.loads(cfg.model) if cfg.model else None)
         written.update(tokenizer=str(out / "tokenizer"), model=str(out / "model.json"),
                        tokenizer_s=time.perf_counter() - t1)
     if cfg.report:
@@ -335,7 +340,11 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--report", action="store_true", help="print EM, routes, cost and token lengths")
     p.add_argument("--no-tokenizer", dest="tokenizer", action="store_false",
                    help="do not train OUT/tokenizer nor write OUT/model.json")
-    p.add_argument("--vocab-size", type=int, default=1024)
+    p.add_argument("--vocab-size", type=int, default=1024, help="BPE merges' vocabulary (names and tags come on top)")
+    p.add_argument("--no-name-tokens", dest="name_tokens", action="store_false",
+                   help="leave the world's names to the BPE instead of one whole token each")
+    p.add_argument("--model", default=None,
+                   help='JSON of model config keys over the embedded default\'s (e.g. \'{"num_hidden_layers": 4}\')')
     return OracleConfig(**vars(p.parse_args(argv)))
 
 

@@ -114,8 +114,11 @@ def model_config(tokenizer, base: dict | None = None) -> dict:
     return spec_for_tokenizer(spec, tokenizer)
 
 
-def write_model_config(path: str | Path, tokenizer) -> dict:
-    """Write model_config(tokenizer) as JSON (what `verl.trainer.sft --model` reads)."""
-    spec = model_config(tokenizer)
+def write_model_config(path: str | Path, tokenizer, overrides: dict | None = None) -> dict:
+    """Write model_config(tokenizer) as JSON (what `model.path` reads), with `overrides` over EMBEDDED_MODEL."""
+    unknown = set(overrides or {}) - set(EMBEDDED_MODEL)
+    if unknown:
+        raise ValueError(f"model overrides: unknown key(s) {sorted(unknown)} (known: {sorted(EMBEDDED_MODEL)})")
+    spec = model_config(tokenizer, {**EMBEDDED_MODEL, **(overrides or {})})
     Path(path).write_text(json.dumps(spec, indent=2) + "\n")
     return spec

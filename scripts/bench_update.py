@@ -123,7 +123,7 @@ def make_batch(args, vocab: int) -> DataProto:
         "input_ids": ids, "attention_mask": attn, "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
         "responses": ids[:, p_hi:], "response_mask": response_mask,
         "advantages": torch.randn(n, r_hi, generator=g) * response_mask,
-    })
+    }, meta={"temperature": 1.0})
 
 
 def configure(worker: ActorWorker, args, variant: dict | None) -> None:

@@ -42,7 +42,7 @@ def make_batch(n=8, prompt_len=6, resp_len=8, seed=0, vocab=(3, V)):
         "input_ids": ids, "attention_mask": attn, "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
         "responses": ids[:, prompt_len:], "response_mask": response_mask,
         "advantages": torch.randn(n, resp_len, generator=g) * response_mask,
-    })
+    }, meta={"temperature": 1.0})
 
 
 def actor_config(**kw):
@@ -191,7 +191,7 @@ def test_compute_log_prob_matches_log_softmax():
 # ------------------------------------------------------ (3) masked positions
 def test_update_ignores_masked_positions():
     clean = with_old_log_probs(make_actor(), make_batch(seed=2))
-    dirty = DataProto.from_dict({k: v.clone() for k, v in clean.batch.items()})
+    dirty = DataProto.from_dict({k: v.clone() for k, v in clean.batch.items()}, meta=clean.meta)
     policy = dirty.batch["response_mask"].bool()
     dirty.batch["advantages"][~policy] = float("nan")
     dirty.batch["old_log_probs"][~policy] = float("-inf")

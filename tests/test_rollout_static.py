@@ -82,7 +82,7 @@ def test_inverse_cdf_sampling_matches_the_distribution(temperature, top_k, top_p
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_two_level_sampler_picks_the_flat_inverse_cdf_token(temperature):
     """Unfiltered sampling goes through blocks of the vocabulary (no vocabulary-wide cumsum): same
-    uniform, same token as the flat inverse CDF; log-probs are the full T=1 log-softmax."""
+    uniform, same token as the flat inverse CDF; log-probs are the full log-softmax of logits / T."""
     gen = torch.Generator().manual_seed(1)
     logits = (torch.randn(64, 5000, generator=gen) * 3).to(torch.bfloat16)  # 5 blocks, the last padded
     u = torch.rand(64, generator=gen)
@@ -91,7 +91,8 @@ def test_two_level_sampler_picks_the_flat_inverse_cdf_token(temperature):
     flat = sample_from_uniform(logits, u, sp)
     assert (tok == flat).float().mean() >= 0.98, "blocks changed which token u falls on"
     assert len(set(tok.tolist())) > 40  # really sampled, not a constant
-    torch.testing.assert_close(lp[:, 0], torch.log_softmax(logits.float(), -1).gather(1, tok[:, None])[:, 0],
+    expected = torch.log_softmax(logits.float() / temperature, -1).gather(1, tok[:, None])[:, 0]
+    torch.testing.assert_close(lp[:, 0], expected,
                                atol=1e-4, rtol=1e-5)
 
 

@@ -40,7 +40,7 @@ def make_batch(n=6, prompt_len=7, resp_len=9, seed=0):
         "input_ids": ids, "attention_mask": attn, "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
         "responses": ids[:, prompt_len:], "response_mask": response_mask,
         "advantages": torch.randn(n, resp_len, generator=g) * response_mask,
-    })
+    }, meta={"temperature": 1.0})
 
 
 def actor(**kw):

@@ -293,8 +293,9 @@ class PPOTrainer:
         scores, env_metrics = self.env.score(result, rows, validate)
         return result, np.asarray(scores, dtype=np.float32), env_metrics
 
-    def to_batch(self, result: RolloutResult, rows, scores) -> DataProto:
-        """Pad the episodes into the workers' tensors, with `scores` (batch,) and the group `uid`."""
+    def to_batch(self, result: RolloutResult, rows, scores, sampling: SamplingParams) -> DataProto:
+        """Pad the episodes into the workers' tensors, with `scores` (batch,), the group `uid`, and
+        meta["temperature"]: the T the episodes were sampled at, which every log-prob is computed at."""
         tensors = pad_trajectories(result.prompt_ids, result.response_ids, result.response_mask,
                                    pad_id=self.tokenizer.pad_token_id)
         tensors["scores"] = torch.as_tensor(np.asarray(scores), dtype=torch.float32)  # (batch,)
@@ -304,12 +305,14 @@ class PPOTrainer:
             for i, row in enumerate(lps):
                 rollout_lp[i, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
             tensors["rollout_log_probs"] = rollout_lp
-        return DataProto.from_dict(tensors, {"uid": np.array([r.uid for r in rows], dtype=object)})
+        return DataProto.from_dict(tensors, {"uid": np.array([r.uid for r in rows], dtype=object)},
+                                   meta={"temperature": sampling.logprob_temperature})
 
     def run_episodes(self, rows, validate: bool) -> tuple[DataProto, dict[str, list]]:
         """Episodes for `rows`, padded into one batch, and the environment's metrics."""
-        result, scores, env_metrics = self.play(rows, validate)
-        return self.to_batch(result, rows, scores), env_metrics
+        sampling = self.sampling(validate)
+        result, scores, env_metrics = self.play(rows, validate, sampling)
+        return self.to_batch(result, rows, scores, sampling), env_metrics
 
     def next_indices(self) -> list[int]:
         """The next prompt batch of the data order, as indices into the training set."""
@@ -339,7 +342,8 @@ class PPOTrainer:
         env_metrics = {k: [x for p in played for x in p.metrics[k]] for k in played[0].metrics}
         keep = self._keep_informative(rows, scores, len(played), metrics) if ds.enable else list(range(len(rows)))
         result = _pick([p.result for p in played], keep)
-        return self.to_batch(result, [rows[i] for i in keep], scores[keep]), env_metrics
+        sampling = self.sampling(validate=False, step=step)  # the temperature every played batch shares
+        return self.to_batch(result, [rows[i] for i in keep], scores[keep], sampling), env_metrics
 
     def _play_for_training(self, rows, k: int, step: int | None = None, sync: bool = True) -> Played:
         """Play the k-th generation batch of this step; its scores carry the overlong penalty when on."""
@@ -464,6 +468,10 @@ class PPOTrainer:
         metrics["offpolicy/staleness"] = float(self.global_step - collected.version)  # updates since sampling
         with timer("train", metrics):
             mask = batch.batch["response_mask"].float()  # (batch, response_len)
+            if batch.meta.get("temperature") != cfg.rollout.temperature:
+                raise ValueError(f"the batch was sampled at temperature {batch.meta.get('temperature')!r} but "
+                                 f"rollout.temperature is {cfg.rollout.temperature}: its log-probs and ratios "
+                                 "would be computed for another policy")
             if cfg.rollout.name == "vllm" and not self.off_policy_steps:
                 self.actor.sleep_rollout()  # vLLM frees its weights and KV cache; the next sync wakes it
 

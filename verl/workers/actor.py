@@ -1,8 +1,8 @@
 """The policy worker (role "actor", or "ref" for the frozen reference): log-probs and the PPO loss.
 
 The update loop, the model and the optimizer are the FSDPWorker base's (fsdp_worker.py).
-`meta["temperature"]` (default 1.0) divides the logits, so log-probs match the distribution
-the rollout sampled from.
+`meta["temperature"]` (required: the T the rollout sampled at) divides the logits, so old, new and
+reference log-probs are those of the distribution the episodes were drawn from.
 """
 from __future__ import annotations
 
@@ -23,6 +23,17 @@ from verl.workers.fsdp_worker import FSDPWorker
 from verl.workers.lora import adapters_disabled, merge_state_dict
 from verl.workers.micro_batch import SEQ_KEYS, pad_response, trim_padding
 from verl.workers.model_loader import to_dtype
+
+
+def sampled_temperature(data: DataProto) -> float:
+    """meta["temperature"], checked: a batch without it would silently be scored at T = 1."""
+    t = data.meta.get("temperature")
+    if t is None:
+        raise ValueError("the batch's meta has no 'temperature': set it to the sampling temperature of its "
+                         "episodes (PPOTrainer.to_batch does), or 1.0 for batches not sampled at another T")
+    if not (isinstance(t, (int, float)) and 0 < t <= 2):
+        raise ValueError(f"batch meta 'temperature' must be a number in (0, 2], got {t!r}")
+    return float(t)
 
 
 class ActorWorker(FSDPWorker):
@@ -92,7 +103,7 @@ class ActorWorker(FSDPWorker):
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """`old_log_probs` (and `entropys` if meta["calculate_entropy"]) for the response tokens."""
         data = data.select(list(SEQ_KEYS) + ["responses"])
-        temperature = data.meta.get("temperature", 1.0)
+        temperature = sampled_temperature(data)
         with_entropy = bool(data.meta.get("calculate_entropy", False))
         n, resp_len = data.batch["responses"].shape
         logp = torch.zeros(n, resp_len)  # (batch, response_len)
@@ -127,7 +138,7 @@ class ActorWorker(FSDPWorker):
         keys += ["ref_log_prob"] if cfg.use_kl_loss else []
         keys += ["rollout_is_weights"] if "rollout_is_weights" in data.batch else []  # off-policy batches
         data = data.select(keys)
-        temperature = data.meta.get("temperature", 1.0)
+        temperature = sampled_temperature(data)
         use_entropy = cfg.entropy_coef != 0
 
         def micro_loss(mb: DataProto, mask: torch.Tensor):

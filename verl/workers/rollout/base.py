@@ -32,7 +32,7 @@ class SamplingParams:
     greedy: bool = False            # argmax decoding; temperature/top_p/top_k are then ignored
     stop: tuple[str, ...] = ()      # stop strings; the output includes the stop string
     seed: int | None = None
-    return_logprobs: bool = False
+    return_logprobs: bool = False   # each sampled token's log-prob at `logprob_temperature`
 
     def __post_init__(self):
         if isinstance(self.stop, str):  # a bare string would be read as a tuple of characters
@@ -43,6 +43,12 @@ class SamplingParams:
     def is_greedy(self) -> bool:
         """Greedy when asked for, or at temperature 0 (vLLM's convention)."""
         return self.greedy or self.temperature == 0.0
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The T of the distribution a returned log-prob is scored under: log softmax(logits / T),
+        before top-k/top-p, as the actor recomputes it; T = 1 for greedy decoding."""
+        return 1.0 if self.is_greedy else float(self.temperature)
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field."""

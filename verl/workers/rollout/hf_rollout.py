@@ -225,7 +225,8 @@ class HFRollout:
             next_tok = sample_next(logits, sampling, generator)                # (batch,)
             next_tok = torch.where(alive, next_tok, torch.full_like(next_tok, self.pad_id))
             if sampling.return_logprobs:
-                step_lp = torch.log_softmax(logits, -1).gather(-1, next_tok[:, None]).squeeze(-1).tolist()
+                step_lp = torch.log_softmax(logits / sampling.logprob_temperature, -1)
+                step_lp = step_lp.gather(-1, next_tok[:, None]).squeeze(-1).tolist()
             last_step = step == sampling.max_new_tokens - 1
             for row, (tok, is_alive) in enumerate(zip(next_tok.tolist(), alive.tolist())):
                 if not is_alive:

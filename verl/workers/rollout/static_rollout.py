@@ -87,20 +87,22 @@ def sample_two_level(logits: torch.Tensor, u: torch.Tensor, temperature: float, 
 
 
 def sample_and_logprob(logits: torch.Tensor, u: torch.Tensor, sampling: SamplingParams, sums=block_sums):
-    """Token (rows,) and, when asked, its log-prob under the unfiltered T=1 softmax (rows, 1) or None.
+    """Token (rows,) and, when asked, its log-prob (rows, 1) under the unfiltered softmax of
+    logits / T (sampling.logprob_temperature: what the actor recomputes), or None.
     logits: (rows, vocab) in the model's dtype. Unfiltered sampling takes the two-level path."""
     plain = not sampling.is_greedy and sampling.top_k <= 0 and sampling.top_p >= 1.0
     if not plain:
         tok = sample_from_uniform(logits, u, sampling)
-        lp = torch.log_softmax(logits.float(), -1).gather(-1, tok[:, None]) if sampling.return_logprobs else None
+        if not sampling.return_logprobs:
+            return tok, None
+        lp = torch.log_softmax(logits.float() / sampling.logprob_temperature, -1).gather(-1, tok[:, None])
         return tok, lp
     tok, m, mass = sample_two_level(logits, u, sampling.temperature, sums)
     if not sampling.return_logprobs:
         return tok, None
-    picked = logits.gather(1, tok[:, None]).float()                      # (rows, 1)
-    if sampling.temperature == 1.0:  # the T=1 normaliser is already in hand
-        return tok, picked - m - mass.sum(-1, keepdim=True).log()
-    return tok, picked - torch.logsumexp(logits.float(), -1, keepdim=True)
+    # block_sums already normalised logits / T: its max and block masses give the log-partition
+    picked = logits.gather(1, tok[:, None]).float() / sampling.temperature  # (rows, 1)
+    return tok, picked - m - mass.sum(-1, keepdim=True).log()
 
 
 def pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_heads: int):

@@ -214,7 +214,10 @@ class VLLMRollout:
         args = AsyncEngineArgs(model=model_path, tensor_parallel_size=tensor_parallel_size,
                                gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
                                dtype=dtype, seed=seed, enforce_eager=enforce_eager, max_model_len=max_model_len,
-                               worker_extension_cls=WORKER_EXTENSION, **engine_kwargs)
+                               worker_extension_cls=WORKER_EXTENSION,
+                               # log-probs after temperature (and top-k/top-p, off by default), as the actor
+                               # recomputes them; vLLM's default reports the raw T=1 softmax
+                               logprobs_mode="processed_logprobs", **engine_kwargs)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True)
         self._thread.start()
