@@ -6,7 +6,8 @@
 #
 #   VARIANTS="base clean clean_syll" bash docs/results/router_quality/run_sft_variants.sh
 #
-# Results: $BACK/<variant>.log, $BACK/summary.txt (one line per variant), $BACK/runs.tgz.
+# Results: $BACK/summary.txt (each variant's data report and evaluation table), $BACK/runs.tgz (logs,
+# summaries, trajectories; no weights).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-python3}
@@ -51,14 +52,20 @@ one() {
   echo "$v sft_s=$((t1 - t0)) eval_s=$(( $(date +%s) - t1 ))" >> "$W/times.txt"
 }
 
+pids=()
 for v in ${VARIANTS:-base clean clean_syll clean_big syll_big clean_long syll_long}; do
-  one "$v" > "$BACK/$v.log" 2>&1 &
+  one "$v" > "$W/$v.log" 2>&1 &
+  pids+=($!)
 done
-wait
+if [ -n "${WAIT_S:-}" ]; then  # stop what is still running after WAIT_S seconds and report the rest
+  ( sleep "$WAIT_S"; pkill -f "$W/" ) & watchdog=$!
+fi
+wait "${pids[@]}"
+[ -n "${watchdog:-}" ] && kill "$watchdog" 2>/dev/null
 cat "$W/times.txt"
 for v in ${VARIANTS:-base clean clean_syll clean_big syll_big clean_long syll_long}; do
-  echo "== $v"; grep -E "^(all|oracle|confused|big|generalist|whole)|tokens:" "$BACK/$v.log" | head -8
-  tail -25 "$BACK/$v.log" | grep -v "^\s*$" | tail -14
+  echo "== $v"; grep -E "^(all|oracle|confused|big|generalist|whole)|tokens:" "$W/$v.log" | head -8
+  tail -25 "$W/$v.log" | grep -v "^\s*$" | tail -14
 done | tee "$BACK/summary.txt"
 tar czf "$BACK/runs.tgz" -C "$W" --exclude='*.safetensors' --exclude='*.pt' --exclude='checkpoints' . 2>/dev/null
 ls -la "$BACK"
