@@ -7,6 +7,9 @@ single:NAME   the same for any pool model; all-singles runs every model the rout
 prompt-llm    the policy writes one turn on its usual prompt: if the turn routes, that
               model is the pick and the whole question goes to it, its reply being the
               answer; if the turn answers, that answer stands (no help needed).
+oracle, oracle-hops, knn, mlp
+              routing baselines without the policy (router_r1/eval/routing_baselines.py);
+              `routers` asks for all four, `all` for them and all-singles.
 
 Where a pool reply is the answer it is cut to its first sentence (reply_answer): SQuAD EM
 of a whole, verbose reply almost never matches, and both the sub-model prompt and the sim
@@ -24,6 +27,8 @@ from router_r1.prompts import build_router_prompt
 from router_r1.actions import format_observation, neutralize_tags, parse_action, render_route
 
 POLICY_KINDS = ("direct", "prompt-llm")
+ROUTER_KINDS = ("oracle", "oracle-hops", "knn", "mlp")  # routing baselines that need no policy
+GROUPS = {"routers": ROUTER_KINDS, "all": ("all-singles", *ROUTER_KINDS)}
 DIRECT_MAX_TURNS = 0  # the rollout executes no route: the first turn must answer
 
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -37,7 +42,7 @@ class BaselineError(ValueError):
 
 @dataclass(frozen=True)
 class Baseline:
-    kind: str  # direct | prompt-llm | largest | single
+    kind: str  # direct | prompt-llm | largest | single | oracle | oracle-hops | knn | mlp
     model: str | None = None  # canonical pool name for largest/single
 
     @property
@@ -52,9 +57,9 @@ class Baseline:
 def parse_baselines(specs: list[str], full: ModelRegistry, routable: ModelRegistry) -> list[Baseline]:
     """--baseline values -> Baselines; NAME resolves in the whole pool, all-singles expands over `routable`."""
     out: list[Baseline] = []
-    for spec in specs:
+    for spec in [s for g in specs for s in GROUPS.get(g, (g,))]:
         kind, colon, name = spec.partition(":")
-        if kind in ("direct", "prompt-llm") and not colon:
+        if kind in (*POLICY_KINDS, *ROUTER_KINDS) and not colon:
             out.append(Baseline(kind))
         elif kind == "all-singles" and not colon:
             out += [Baseline("single", m) for m in routable.names]
@@ -65,8 +70,8 @@ def parse_baselines(specs: list[str], full: ModelRegistry, routable: ModelRegist
                                     f"(known: {', '.join(full.names)})")
             out.append(Baseline(kind, found.name))
         else:
-            raise BaselineError(f"--baseline {spec!r}: expected direct, prompt-llm, largest:NAME, single:NAME "
-                                f"or all-singles")
+            raise BaselineError(f"--baseline {spec!r}: expected direct, prompt-llm, largest:NAME, single:NAME, "
+                                f"all-singles, {', '.join(ROUTER_KINDS)}, routers or all")
     return list(dict.fromkeys(out))  # all-singles plus single:X would run X twice
 
 
@@ -87,21 +92,30 @@ def direct_messages(question: str, registry: ModelRegistry, template: str | None
 def routed_episode(think: str, model: str, question: str, result: PoolResult, max_obs_length: int,
                    generated: str | None = None) -> dict:
     """An episode that asked `model` the whole `question` and answers with its reply's first sentence."""
-    reply = result.text if result.ok else None
-    answer = neutralize_tags(reply_answer(reply))
-    route = render_route(model, neutralize_tags(" ".join(question.split())))
-    think = neutralize_tags(think.strip()) or f"ask {model}"  # the format needs a non-empty think
-    text = f"<think>{think}</think>{route}{format_observation(reply, max_obs_length)}<answer>{answer}</answer>"
-    turns = [
-        {"generated": generated if generated is not None else f"<think>{think}</think>{route}",
-         "action": "route", "model": model, "query": question, "answer": None, "reason": None,
-         "ok": result.ok, "error": result.error, "cost_usd": result.cost_usd, "latency_s": result.latency_s,
-         "information": result.text, "cached": result.cached},
-        {"generated": None, "action": "answer", "model": None, "query": None, "answer": answer,
-         "reason": "first sentence of the reply"},
-    ]
-    return {"text": text, "turns": turns, "cost_usd": result.cost_usd, "route_count": 1,
-            "pool_latency_s": result.latency_s, "pool_failures": int(not result.ok),
+    return calls_episode([(think, model, question, result)], max_obs_length, generated=generated)
+
+
+def calls_episode(calls: list[tuple[str, str, str, PoolResult]], max_obs_length: int,
+                  generated: str | None = None) -> dict:
+    """An episode of pool calls (think, model, query, result) in order, answering with the last reply's first
+    sentence; `generated` is the policy's text of the first turn where a policy wrote it."""
+    text, turns, answer = "", [], ""
+    for i, (think, model, query, result) in enumerate(calls):
+        reply = result.text if result.ok else None
+        answer = neutralize_tags(reply_answer(reply))
+        route = render_route(model, neutralize_tags(" ".join(query.split())))
+        think = neutralize_tags(think.strip()) or f"ask {model}"  # the format needs a non-empty think
+        text += f"<think>{think}</think>{route}{format_observation(reply, max_obs_length)}"
+        turns.append({"generated": generated if generated is not None and i == 0 else f"<think>{think}</think>{route}",
+                      "action": "route", "model": model, "query": query, "answer": None, "reason": None,
+                      "ok": result.ok, "error": result.error, "cost_usd": result.cost_usd,
+                      "latency_s": result.latency_s, "information": result.text, "cached": result.cached})
+    text += f"<answer>{answer}</answer>"
+    turns.append({"generated": None, "action": "answer", "model": None, "query": None, "answer": answer,
+                  "reason": "first sentence of the last reply"})
+    results = [c[3] for c in calls]
+    return {"text": text, "turns": turns, "cost_usd": sum(r.cost_usd for r in results), "route_count": len(calls),
+            "pool_latency_s": sum(r.latency_s for r in results), "pool_failures": sum(not r.ok for r in results),
             "hit_budget": False, "truncated": False}
 
 

