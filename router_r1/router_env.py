@@ -347,12 +347,17 @@ class RouterEnv:
         return np.asarray(scores, dtype=np.float32), metrics
 
     def state_dict(self) -> dict:
-        return {k: n.state_dict() for k, n in self.normalizers.items()}
+        return {**{k: n.state_dict() for k, n in self.normalizers.items()}, "pool_health": self.health.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         for k, n in self.normalizers.items():
             if k in state:
                 n.load_state_dict(state[k])
+        self.health.load_state_dict(state.get("pool_health", {}))  # a checkpoint from before it: a fresh count
+
+    def check_run(self) -> None:
+        """After the last training step: PoolFailureError when the run's pool calls mostly failed."""
+        self.health.check_run()
 
 
 def _golds(fields: dict, i: int) -> list[str]:

@@ -1,9 +1,13 @@
 """Training fails loudly when the pool keeps failing: RouterEnv's per-batch pool failure rate and its gate."""
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from hydra import compose, initialize_config_dir
 
 from router_r1.pool.client import PoolClient
 from router_r1.pool.health import PoolFailureError, PoolHealth, call_stats
@@ -14,6 +18,9 @@ from router_r1.reward.score import RewardConfig
 from router_r1.router_env import RouterConfig, RouterEnv
 from tiny import tiny_tokenizer
 from verl.trainer.dataset import PromptRow
+from verl.trainer import checkpoint
+from verl.trainer.main_ppo import CONFIG_DIR, run
+from verl.trainer.tracking import console_line
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
@@ -97,3 +104,92 @@ def test_the_gate_settings_come_from_the_env_section():
     assert (env.health.max_failure_rate, env.health.patience) == (0.5, 4)
     assert "env.call_timeout_s=7" in env.health.hint
     env.client.close()
+
+
+def _dead():
+    """A sim pool server whose every call fails (500)."""
+    return ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0), faults=FaultConfig(error_rate=1.0))
+
+
+def test_the_pool_counts_are_checkpointed_so_a_resumed_run_stops_at_once():
+    tok = tiny_tokenizer()
+    sampling = SamplingParams(temperature=1.0)
+    with _dead() as dead:
+        env, registry = _env(tok, dead.url, PoolHealth(max_failure_rate=0.2, patience=3))
+        rows = _rows(tok, registry)
+        for _ in range(2):  # under the patience: logged, not fatal
+            env.score(env.rollout(rows, _policy(tok), sampling, validate=False), rows, validate=False)
+        state = copy.deepcopy(env.state_dict())  # what a checkpoint carries
+        env.client.close()
+        resumed, _ = _env(tok, dead.url, PoolHealth(max_failure_rate=0.2, patience=3))
+        resumed.load_state_dict(state)
+        m = None
+        with pytest.raises(PoolFailureError, match="for 3 training batches in a row"):
+            m = resumed.score(resumed.rollout(rows, _policy(tok), sampling, validate=False), rows, validate=False)
+        resumed.client.close()
+    assert m is None
+    assert resumed.health.run_failure_rate == 1.0 and resumed.health.state_dict()["calls"] == 12
+
+
+def test_check_run_weighs_the_whole_run():
+    health = PoolHealth(max_failure_rate=0.2, patience=3, hint="env.call_timeout_s=5")
+    ok, failed = {"ok": True, "latency_s": 0.1}, {"ok": False, "error": "timeout", "latency_s": 5.0}
+    for batch in ([[failed]] * 4, [[ok]] * 4, [[failed]] * 4):  # never three unhealthy batches in a row
+        m = health.observe(batch, validate=False)
+    assert m["pool/run_failure_rate"] == [pytest.approx(8 / 12)]
+    health.observe([[ok]] * 8, validate=True)  # validation is not the run's training
+    with pytest.raises(PoolFailureError) as e:
+        health.check_run()
+    assert "8 of 12 training calls (67%: timeout 8)" in str(e.value) and str(e.value).endswith("env.call_timeout_s=5")
+    fine = PoolHealth(max_failure_rate=0.2)
+    fine.observe([[ok]] * 9 + [[failed]], validate=False)
+    fine.check_run()  # 10% failed: within the limit
+    PoolHealth().check_run()  # a run without a pool call
+
+
+def test_the_step_line_shows_the_pool_failure_rate():
+    line = console_line({"reward/mean": 0.5, "pool/failure_rate/mean": 0.75, "pool/run_failure_rate/mean": 0.5}, 2)
+    assert line == "step 2 | reward 0.500 pool_fail 0.75 pool_fail_run 0.50"
+
+
+# ---- a real training run on a dead pool (issue 29.6) ----
+
+def make_scripted_env(env_cfg, tokenizer):
+    """The routing env whose policy turns are scripted (route once, then answer) whatever the model writes:
+    a tiny random model never routes, and these runs are about the pool."""
+    from router_r1.router_env import make_env
+
+    env = make_env(env_cfg, tokenizer)
+    play = env.rollout
+    env.rollout = lambda rows, generate, sampling, validate: play(
+        rows, _policy(tokenizer), replace(sampling, return_logprobs=False), validate)
+    return env
+
+
+def _train(out, data, url, *overrides):
+    with initialize_config_dir(CONFIG_DIR, version_base=None):
+        cfg = compose("ppo_trainer", overrides=[
+            f"trainer.output_dir={out}", "trainer.logger=[console,jsonl]", "trainer.export_hf=false",
+            "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.save_freq=1", "data.val_files=[]",
+            f"data.train_files=[{data}]", "data.train_batch_size=2", "rollout.response_length=24",
+            "rollout.max_response_length=512", "env=router", "env.factory=test_pool_health:make_scripted_env",
+            f"env.pool={SIM}", f"env.pool_url={url}", "env.schedule=sync", "env.max_retries=0",
+            "env.call_timeout_s=5", "env.call_deadline_s=5", "env.max_obs_length=32", *overrides])
+    return run(cfg)
+
+
+def test_a_short_run_on_a_dead_pool_fails_loudly_and_its_resume_stops_at_once(tmp_path, capsys):
+    data = tmp_path / "router.parquet"
+    pd.DataFrame([{"data_source": "toy", "prompt": [{"role": "user", "content": f"question {i}?"}],
+                   "reward_model": {"ground_truth": {"target": ["x"]}}, "extra_info": {"uid": f"q{i}", "index": i}}
+                  for i in range(8)]).to_parquet(data)
+    out = tmp_path / "run"
+    with _dead() as dead:
+        with pytest.raises(PoolFailureError, match="over the whole run: 4 of 4 training calls"):
+            _train(out, data, dead.url, "trainer.total_steps=2")  # two steps: under the patience of 3
+        printed = capsys.readouterr().out
+        assert "step 2/2 |" in printed and "pool_fail 1.00" in printed  # the step line
+        assert "finished 2 of 2 steps" in printed and "pool_fail " in printed.split("finished 2 of 2 steps")[1]
+        with pytest.raises(PoolFailureError, match="for 3 training batches in a row"):
+            _train(out, data, dead.url, "trainer.total_steps=4", "trainer.resume=auto")
+    assert [d.name for d in checkpoint.step_dirs(out)] == ["step_000001", "step_000002"]  # none after the resume

@@ -5,7 +5,10 @@ A failed call is an observation for the policy, so one bad batch must not end a 
 run whose pool fails batch after batch trains on "the pool is down" and logs a good-looking
 reward. The gate counts consecutive training batches above `max_failure_rate` and raises
 PoolFailureError after `patience` of them, naming the rate, the error kinds and `hint`
-(the settings that bound the calls).
+(the settings that bound the calls). A run too short for that, or whose pool fails every
+other batch, is caught at its end: `check_run` raises when the run's calls as a whole failed
+above `max_failure_rate`. The streak and the run's counts are checkpointed (state_dict), so
+a run stopped for its pool and resumed with the pool still down stops again at once.
 """
 from __future__ import annotations
 
@@ -42,6 +45,9 @@ class PoolHealth:
     patience: int = 3  # consecutive unhealthy training batches before the run stops (PoolFailureError)
     hint: str = ""  # appended to the error: the timeouts in force, where to look
     _unhealthy: int = field(default=0, repr=False)
+    _calls: int = field(default=0, repr=False)  # the run's training calls so far
+    _failed: int = field(default=0, repr=False)
+    _errors: dict = field(default_factory=dict, repr=False)  # the run's failed training calls by error kind
 
     def __post_init__(self):
         if not 0.0 <= self.max_failure_rate <= 1.0 or self.patience < 1:
@@ -57,6 +63,11 @@ class PoolHealth:
             metrics.update({"pool/latency_p50_s": [s["latency_p50_s"]], "pool/latency_p95_s": [s["latency_p95_s"]]})
         if validate or not s["calls"]:
             return metrics
+        self._calls += s["calls"]
+        self._failed += s["failed"]
+        for kind, n in s["errors"].items():
+            self._errors[kind] = self._errors.get(kind, 0) + n
+        metrics["pool/run_failure_rate"] = [self.run_failure_rate]
         self._unhealthy = self._unhealthy + 1 if s["failure_rate"] > self.max_failure_rate else 0
         if self._unhealthy >= self.patience:
             kinds = ", ".join(f"{k} {n}" for k, n in s["errors"].items())
@@ -67,8 +78,24 @@ class PoolHealth:
                 f"policy nothing about routing; stopping." + (f" {self.hint}" if self.hint else ""))
         return metrics
 
+    @property
+    def run_failure_rate(self) -> float:
+        """Failed over all training calls of the run so far (0 before any)."""
+        return self._failed / self._calls if self._calls else 0.0
+
+    def check_run(self) -> None:
+        """PoolFailureError when the run's training calls as a whole failed above max_failure_rate."""
+        if self._calls and self.run_failure_rate > self.max_failure_rate:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(self._errors.items()))
+            raise PoolFailureError(
+                f"pool calls failed above env.max_pool_failure_rate {self.max_failure_rate:g} over the whole run: "
+                f"{self._failed} of {self._calls} training calls ({self.run_failure_rate:.0%}: {kinds}). This "
+                f"run's checkpoints learned from failed calls, not from routing." + (f" {self.hint}" if self.hint else ""))
+
     def state_dict(self) -> dict:
-        return {"unhealthy": self._unhealthy}
+        return {"unhealthy": self._unhealthy, "calls": self._calls, "failed": self._failed, "errors": dict(self._errors)}
 
     def load_state_dict(self, state: dict) -> None:
         self._unhealthy = int(state.get("unhealthy", 0))
+        self._calls, self._failed = int(state.get("calls", 0)), int(state.get("failed", 0))
+        self._errors = {str(k): int(n) for k, n in (state.get("errors") or {}).items()}

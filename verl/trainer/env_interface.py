@@ -48,6 +48,8 @@ class Env(Protocol):
 
     # Optional: `check_row(fields) -> str | None`, why a data row cannot be used; PromptDataset
     # runs it on every row at load time (main_ppo passes it when the env has one).
+    # Optional: `check_run()`, called once after training finished and printed its table; raises to
+    # fail a run whose result cannot be trusted (the routing env: its pool calls mostly failed).
 
 
 def import_factory(factory: str) -> Callable:

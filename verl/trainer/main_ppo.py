@@ -231,6 +231,9 @@ def run(cfg: DictConfig) -> dict:
                 owner.shutdown()
     if is_main:
         print(summary(last, cfg, trainer.stopped), flush=True)
+    check = getattr(env, "check_run", None)  # after the table, so the failure it names is on screen
+    if check is not None:
+        check()
     return last
 
 

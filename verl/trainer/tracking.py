@@ -22,6 +22,7 @@ CONSOLE_FIELDS = (
     ("loss", ("actor/sft_loss",), ".3f"), ("ctx_loss", ("actor/context_loss",), ".3f"),  # trainer.mode=sft
     ("reward", ("reward/mean",), ".3f"), ("em", ("em/mean",), ".3f"), ("format", ("format_ok/mean",), ".2f"),
     ("cost", ("cost_usd/mean",), ".2e"), ("calls", ("route_count/mean",), ".2f"),
+    ("pool_fail", ("pool/failure_rate/mean",), ".2f"), ("pool_fail_run", ("pool/run_failure_rate/mean",), ".2f"),
     ("kl", ("actor/reward_kl", "actor/kl_loss"), ".2e"), ("tok/s", ("timing/tokens_per_s",), ".0f"),
     ("step_s", ("timing/step",), ".1f"),
     ("val_reward", ("val/reward/mean",), ".3f"), ("val_em", ("val/em/mean",), ".3f"),
