@@ -97,6 +97,28 @@ def test_auto_resume_with_every_checkpoint_damaged_is_an_error(copy):
         run(config(copy, "trainer.total_steps=3"))
 
 
+def test_auto_resume_names_each_checkpoint_it_skips_for_a_missing_manifest(tmp_path):
+    """A step directory whose manifest was deleted (or never written) is passed over by name and step."""
+    ck = tmp_path / "checkpoints"
+    for step in (1, 2, 3):
+        (ck / f"step_{step:06d}").mkdir(parents=True)
+        torch.save({"global_step": step}, ck / f"step_{step:06d}" / "trainer_state.pt")
+        checkpoint.write_manifest(ck / f"step_{step:06d}", step)
+    (ck / "step_000003" / checkpoint.MANIFEST).unlink()
+    logs, loaded = [], []
+    assert checkpoint.resume_newest(tmp_path, loaded.append, logs.append) == ck / "step_000002"
+    assert loaded == [ck / "step_000002"]
+    assert logs == [f"WARNING: resume=auto skips {ck / 'step_000003'} (step 3): no COMPLETE manifest (the save was "
+                    "cut, or the manifest was removed); trying the previous one"]
+    for step in (1, 2):
+        (ck / f"step_{step:06d}" / checkpoint.MANIFEST).unlink()
+    logs.clear()
+    assert checkpoint.resume_newest(tmp_path, loaded.append, logs.append) is None
+    assert [line.split(" (step ")[1][:1] for line in logs[:3]] == ["3", "2", "1"]
+    assert all(line.endswith("no older checkpoint is left") for line in logs[:3])
+    assert logs[3] == f"WARNING: resume=auto found no complete checkpoint under {ck}: training starts from step 0"
+
+
 def test_trim_jsonl_drops_redone_steps_and_a_cut_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in (0, 1, 2, 3)) + '{"step": 4, "x"')

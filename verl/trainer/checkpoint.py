@@ -62,7 +62,8 @@ def verify(step_dir: str | os.PathLike) -> dict:
     if not step_dir.is_dir():
         raise CheckpointError(f"{step_dir}: checkpoint directory not found")
     if not marker.is_file():
-        raise CheckpointError(f"{step_dir}: checkpoint is incomplete (no {MANIFEST} manifest); it was cut while saving")
+        raise CheckpointError(f"{step_dir}: checkpoint is incomplete (no {MANIFEST} manifest): the save was cut, "
+                              "or the manifest was removed")
     try:
         manifest = json.loads(marker.read_text())
         files = manifest["files"]
@@ -92,18 +93,28 @@ def step_dirs(root: str | os.PathLike) -> list[Path]:
 
 def resume_newest(root: str | os.PathLike, load: Callable[[Path], None], log: Callable[[str], None] = print,
                   check: Callable[[Path], object] = verify) -> Path | None:
-    """`check` and `load` the newest complete checkpoint under root; a damaged one is reported and
-    the one before it tried (resume=auto). Returns the directory loaded, or None when there is none."""
+    """`check` and `load` the newest complete checkpoint under root; a damaged one, or one without its
+    manifest, is reported by name and step and the one before it tried (resume=auto). Returns the
+    directory loaded, or None when there is none."""
+    base = Path(root) / "checkpoints"
+    found = sorted(p for p in base.glob("step_*") if p.is_dir()) if base.is_dir() else []
     dirs = step_dirs(root)
-    for step_dir in reversed(dirs):
+    for step_dir in reversed(found):
+        older = "trying the previous one" if any(d < step_dir for d in dirs) else "no older checkpoint is left"
+        if step_dir not in dirs:
+            step = step_dir.name.removeprefix("step_").lstrip("0") or "0"
+            log(f"WARNING: resume=auto skips {step_dir} (step {step}): no {MANIFEST} manifest (the save was cut, "
+                f"or the manifest was removed); {older}")
+            continue
         try:
             check(step_dir)
             load(step_dir)
             return step_dir
         except CheckpointError as e:
-            older = "trying the previous one" if step_dir != dirs[0] else "no older checkpoint is left"
             log(f"WARNING: resume=auto skips a damaged checkpoint: {e}; {older}")
     if dirs:
-        raise CheckpointError(f"{Path(root) / 'checkpoints'}: all {len(dirs)} checkpoints are damaged "
+        raise CheckpointError(f"{base}: all {len(dirs)} checkpoints are damaged "
                               "(see the warnings above); set trainer.resume=none to start over")
+    if found:
+        log(f"WARNING: resume=auto found no complete checkpoint under {base}: training starts from step 0")
     return None
