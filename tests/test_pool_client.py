@@ -28,10 +28,11 @@ KEY = "sk-test-7f3a9c-do-not-leak"
 class ScriptedServer:
     """/v1/chat/completions whose behaviour depends on the requested api id; counts calls and in-flight."""
 
-    def __init__(self):
+    def __init__(self, every: str | None = None):
         self.calls: Counter[str] = Counter()
         self.inflight = 0
         self.max_inflight = 0
+        self.every = every  # a HOSTILE reply for every model, whatever its api id
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -41,7 +42,7 @@ class ScriptedServer:
         self.inflight += 1
         self.max_inflight = max(self.max_inflight, self.inflight)
         try:
-            if request.headers.get("Authorization") != f"Bearer {KEY}":
+            if self.every is None and request.headers.get("Authorization") != f"Bearer {KEY}":
                 return _error(401, "bad key")
             if model == "slow":
                 await asyncio.sleep(0.05)
@@ -57,7 +58,7 @@ class ScriptedServer:
                 await asyncio.sleep(30)  # cancelled when the client gives up (handler_cancellation)
             if model == "garbage":
                 return web.Response(text="<html>not json", content_type="application/json")
-            hostile = HOSTILE.get(model)
+            hostile = HOSTILE.get(self.every or model)
             if hostile is not None:
                 return await hostile(request, query)
             if model == "surrogate":  # valid JSON holding lone UTF-16 surrogates (and a good pair)
@@ -86,6 +87,7 @@ class ScriptedServer:
     async def _start(self):
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.handle)
+        app.router.add_get("/v1/models", _no_models)
         self.runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1, access_log=None)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", 0).start()
@@ -132,6 +134,10 @@ HOSTILE = {
     "leaky": lambda r, q: _error_async(500, "x" * 251 + r.headers["Authorization"].split()[-1] + " echoed"),
     "drip": _drip,
 }
+
+
+async def _no_models(request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": []})
 
 
 async def _error_async(status: int, message: str) -> web.Response:
@@ -466,3 +472,23 @@ def test_cut_and_capped_calls_reach_the_turn_record_and_the_step_metrics(server)
     assert [(t["cut"], t["usage_capped"]) for t in ep.turns] == [(True, False), (False, True), (False, False)]
     metrics = PoolHealth().observe([ep.turns], validate=False)
     assert (metrics["pool/cut"], metrics["pool/usage_capped"]) == ([1.0], [1.0])
+
+
+@pytest.mark.parametrize("reply", ["deep", "latin1"])
+def test_an_evaluation_against_a_hostile_pool_reports_it_and_exits_3(tmp_path, capsys, reply):
+    # before: exit 1 with a traceback, no summary and an empty trajectories file
+    from data_process.sim_qa import SimConfig, build_sim
+    from router_r1.eval.evaluate import main as evaluate_main
+
+    build_sim(SimConfig(out_dir=tmp_path / "data", train_size=1, val_size=1, test_size=4))
+    with ScriptedServer(every=reply) as srv:
+        code = evaluate_main(["--data", str(tmp_path / "data" / "test.parquet"), "--pool", "configs/pool/sim.yaml",
+                              "--pool-url", srv.url, "--skip-router", "--baseline", "single:LLaMA-3.1-8B-Instruct",
+                              "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "4 of 4 pool calls failed (100%: bad_response 4)" in err and "Traceback" not in err
+    overall = json.loads((tmp_path / "out" / "summary.json").read_text())["runs"][0]["overall"]
+    assert overall["pool_errors"] == {"bad_response": 4}
+    trajectories = list((tmp_path / "out").rglob("*.jsonl"))
+    assert trajectories and all(len(f.read_text().splitlines()) == 4 for f in trajectories)
