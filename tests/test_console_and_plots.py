@@ -1,9 +1,12 @@
 """What a user reads: one compact console line per step, a summary table, a Pareto plot labelled at any cost range."""
+from pathlib import Path
+
 import pytest
 
 from router_r1.eval import report
 from verl.trainer.tracking import Tracker, console_line, read_jsonl, summary_table
 
+ROOT = Path(__file__).resolve().parents[1]
 STEP = {"reward/mean": 0.41234, "reward/max": 1.0, "em/mean": 0.5, "format_ok/mean": 0.97, "cost_usd/mean": 4.2e-5,
         "route_count/mean": 1.25, "actor/reward_kl": 0.0031, "timing/tokens_per_s": 1234.5, "timing/step": 8.26,
         "actor/pg_loss": -0.02, "critic/vf_loss": 0.3, "timing/gen": 3.0}
@@ -27,6 +30,30 @@ def test_tracker_prints_one_line_and_writes_every_metric(tmp_path, capsys):
     table = summary_table(rows).splitlines()
     reward = next(line for line in table if line.startswith("reward")).split()
     assert reward[1:5] == ["0.412", "1", "0.600", "2"] and len(table) == 9  # header + the 8 train fields
+
+
+def test_redirected_the_console_line_comes_every_n_steps(tmp_path, capsys):
+    """Output to a file (capsys is not a terminal): the first, every 10th, validated and last steps only."""
+    t = Tracker(["console"], tmp_path, console_every=10)
+    for step in range(1, 26):
+        t.log({**STEP, **({"val/em/mean": 0.5} if step == 13 else {})}, step, 25)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(" |")[0] for line in out] == [f"step {s}/25" for s in (1, 10, 13, 20, 25)]
+
+
+def test_a_redirected_run_draws_no_progress_bar(tmp_path, monkeypatch, capfd):
+    """The trainer's bar and transformers' weight bars are off when stderr is a file (a 276 KB log before)."""
+    from test_checkpoint import config
+
+    from verl.trainer.main_ppo import run
+
+    monkeypatch.chdir(ROOT)
+    run(config(tmp_path, "trainer.total_steps=4", "trainer.logger=[console]", "trainer.console_every=3",
+               "trainer.export_hf=true", "trainer.save_freq=0", "trainer.val_before_train=false"))
+    out, err = capfd.readouterr()
+    assert "it/s]" not in err and "it/s]" not in out and "Writing model shards" not in err + out
+    assert [line.split(" |")[0] for line in out.splitlines() if line.startswith("step ")] == ["step 1/4", "step 3/4",
+                                                                                               "step 4/4"]
 
 
 def run(label, points):

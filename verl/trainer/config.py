@@ -129,6 +129,7 @@ class TrainerConfig:
     export_hf: bool = True  # write the final actor as an HF model (with its tokenizer and run_config.yaml) to hf_dir
     hf_dir: Optional[str] = None  # where export_hf writes; null: output_dir/hf
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # console | jsonl | wandb
+    console_every: int = 10  # output not a terminal: no progress bars, the console line every N steps (and the first, last and validated); a terminal: every step
     project_name: str = "router-r1"  # wandb project
     experiment_name: str = "smoke"  # wandb run name and plot title
     backend: str = "auto"  # auto (ray if nnodes > 1 or ray_address is set, else spmd) | spmd | ray

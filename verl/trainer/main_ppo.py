@@ -22,7 +22,7 @@ from verl.trainer.dist import Dist
 from verl.trainer.env_interface import load_env
 from verl.trainer.ppo_trainer import PPOTrainer
 from verl.trainer.sft_data import SFTSet
-from verl.trainer.tracking import Tracker, read_jsonl, summary_table
+from verl.trainer.tracking import Tracker, hide_library_bars, read_jsonl, summary_table
 from verl.utils.tokenizer import load_tokenizer
 from verl.workers.config import WorkerConfig
 from verl.workers.model_loader import parse_model_spec, spec_for_tokenizer
@@ -189,6 +189,7 @@ def run(cfg: DictConfig) -> dict:
             cfg.env = None
     if cfg.trainer.device == "cpu":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    hide_library_bars()
     if isinstance(cfg.model.path, str) and cfg.model.path.endswith(".json"):  # the run config keeps the mapping itself
         cfg.model.path = parse_model_spec(cfg.model.path)
     tokenizer = load_tokenizer(cfg.model.tokenizer)
@@ -214,7 +215,7 @@ def run(cfg: DictConfig) -> dict:
         save_run_config(cfg, cfg.trainer.output_dir)
     tracker = Tracker(list(cfg.trainer.logger), cfg.trainer.output_dir, cfg.trainer.project_name,
                       cfg.trainer.experiment_name, OmegaConf.to_container(cfg, resolve=True),
-                      resume=cfg.trainer.resume != "none") if is_main else None
+                      resume=cfg.trainer.resume != "none", console_every=cfg.trainer.console_every) if is_main else None
     trainer = PPOTrainer(cfg, tokenizer, groups, env, train, val, tracker, dist)
     try:
         last = trainer.fit()

@@ -38,7 +38,7 @@ from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indice
 from verl.trainer.env_interface import Env, RolloutResult
 from verl.trainer.sft_data import SFTSet, collate
 from verl.trainer.streaming import StreamingRollout
-from verl.trainer.tracking import Tracker, plot_curves, timer, trim_jsonl
+from verl.trainer.tracking import Tracker, on_terminal, plot_curves, timer, trim_jsonl
 from verl.workers.fsdp import CheckpointError
 from verl.workers.rollout.base import AsyncRolloutBackend, GenOutput, SamplingParams
 
@@ -683,7 +683,8 @@ class PPOTrainer:
         if t.val_before_train and self.global_step == 0:
             self._log(self.validate(), 0)
         last, bad, started = {}, 0, time.perf_counter()
-        bar = tqdm(range(self.global_step + 1, t.total_steps + 1), desc=self.mode, disable=not self.is_main,
+        bar = tqdm(range(self.global_step + 1, t.total_steps + 1), desc=self.mode,
+                   disable=not self.is_main or not on_terminal(),  # redirected: the tracker's lines, no redraws
                    initial=self.global_step, total=t.total_steps)
         for step in bar:
             if self.mode == "sft":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,13 +55,33 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def on_terminal(stream=None) -> bool:
+    """Whether `stream` (default stderr, where progress bars go) is a terminal, not a file or a pipe."""
+    stream = sys.stderr if stream is None else stream
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def hide_library_bars() -> None:
+    """Turn off transformers' and the hub's progress bars (loading and writing weights) when stderr is
+    not a terminal: in a redirected log each redraw is a line of its own."""
+    if on_terminal():
+        return
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    disable_progress_bars()
+    hf_logging.disable_progress_bar()
+
+
 class Tracker:
     """Fan metrics out to the configured sinks ("console": one compact line, "jsonl": every metric,
-    "wandb")."""
+    "wandb"). On a terminal the console line comes every step; redirected, every `console_every`
+    steps and at the first, the last and any step with validation metrics."""
 
     def __init__(self, sinks: list[str], out_dir: str | os.PathLike, project: str = "router-r1",
-                 run_name: str = "run", config: dict | None = None, resume: bool = False):
+                 run_name: str = "run", config: dict | None = None, resume: bool = False, console_every: int = 1):
         self.sinks = list(sinks)
+        self.console_every = max(1, console_every)
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = self.out_dir / "metrics.jsonl"
@@ -74,7 +95,7 @@ class Tracker:
 
     def log(self, metrics: dict[str, Any], step: int, total: int | None = None) -> None:
         metrics = {k: _plain(v) for k, v in metrics.items()}
-        if "console" in self.sinks:
+        if "console" in self.sinks and self._console_step(metrics, step, total):
             from tqdm import tqdm
 
             tqdm.write(console_line(metrics, step, total))  # above a progress bar, not through it
@@ -83,6 +104,10 @@ class Tracker:
                 f.write(json.dumps({"step": step, **metrics}, default=str) + "\n")
         if self._wandb is not None:
             self._wandb.log(metrics, step=step)
+
+    def _console_step(self, metrics: dict[str, Any], step: int, total: int | None) -> bool:
+        return (on_terminal(sys.stdout) or step <= 1 or step % self.console_every == 0 or step == total
+                or any(k.startswith("val/") for k in metrics))
 
     def finish(self) -> None:
         if self._wandb is not None:
