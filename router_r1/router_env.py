@@ -39,6 +39,7 @@ from omegaconf import II
 from router_r1.pool.client import PoolClient, ReplyLimits, RouteRequest
 from router_r1.pool.health import PoolHealth
 from router_r1.pool.registry import ModelRegistry
+from router_r1.pool.sim_truth import SimTruth
 from router_r1.prompts import build_router_prompt, load_template
 from router_r1.actions import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
@@ -48,6 +49,7 @@ from router_r1.row_check import check_router_row
 from router_r1.episodes.episode import Episode, TurnRules
 from router_r1.episodes.logprob_track import LogprobTrack
 from router_r1.routing_collapse import collapse_metrics
+from router_r1.stages import stage_metrics, trajectory_stages
 from verl.trainer.config import find_run_config, load_run_config, section_to_dataclass
 from verl.trainer.env_interface import GenerateFn, RolloutResult
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
@@ -95,7 +97,7 @@ class RouterEnv:
     check_row = staticmethod(check_router_row)  # PromptDataset's row_check: every row, at load time
 
     def __init__(self, cfg: RouterConfig, tokenizer, registry: ModelRegistry, client: PoolClient,
-                 reward: RewardConfig, health: PoolHealth | None = None):
+                 reward: RewardConfig, health: PoolHealth | None = None, truth: SimTruth | None = None):
         if cfg.schedule not in SCHEDULES:
             raise ValueError(f"env.schedule must be one of {'|'.join(SCHEDULES)}, got {cfg.schedule!r}")
         self.cfg = cfg
@@ -104,6 +106,7 @@ class RouterEnv:
         self.client = client
         self.reward = reward
         self.health = health or PoolHealth()  # pool failure rate per batch; stops a run whose pool keeps failing
+        self.truth = truth  # the simulated world, for the expert and two-hop stages (None: world-free stages)
         self.rules = TurnRules(tokenizer, registry, cfg.max_turns, cfg.max_obs_length,
                                cfg.max_response_length, cfg.invalid_hint, cfg.budget_mode)
         # Separate windows: validation must not shift the training reward (a reference defect).
@@ -344,6 +347,10 @@ class RouterEnv:
                             for turns in result.info["turns"]]
         metrics.update(collapse_metrics(result.info["turns"], [r.fields.get("data_source") for r in rows],
                                         self.registry.names))
+        stages = [trajectory_stages((r.fields.get("extra_info") or {}).get("question"), g, turns, m["em"],
+                                    m["format_ok"], self.truth, self.registry.names)
+                  for r, g, turns, m in zip(rows, golds, result.info["turns"], per)]
+        metrics.update(stage_metrics(stages))  # where EM is lost: stage/copy_ok, stage/gold_in_info, ...
         return np.asarray(scores, dtype=np.float32), metrics
 
     def state_dict(self) -> dict:
@@ -394,6 +401,7 @@ class RouterEnvConfig:
     max_reply_chars: int = ReplyLimits.max_chars  # pool reply text kept; longer is cut (the call's turn says `cut`)
     max_reply_bytes: int = ReplyLimits.max_bytes  # pool reply body read; longer is a failed call (`too_large`)
     max_retries: int = 4  # retries of a retryable pool error (bounded exponential backoff with jitter)
+    sim_seed: int = 0  # world seed of a simulated pool (its server's --seed): the stage/* metrics read from that world which expert knows a sub-question (router_r1/stages.py); a pool without sim profiles gets the world-free stages
     max_pool_failure_rate: float = PoolHealth.max_failure_rate  # a training batch whose pool calls fail more often is unhealthy (pool/failure_rate is logged every step)
     pool_failure_patience: int = PoolHealth.patience  # unhealthy training batches in a row before training stops with PoolFailureError (validation only reports)
     # AdaTurn (budget-aware turns); off while budgets is empty
@@ -439,7 +447,8 @@ def make_env(env_cfg, tokenizer) -> RouterEnv:
                         hint=f"Pool settings in force: env.call_timeout_s={cfg.call_timeout_s:g}, env.call_deadline_s="
                              f"{cfg.call_deadline_s:g}, env.max_concurrency={cfg.max_concurrency}, pool {cfg.pool}"
                              + (f" at {cfg.pool_url}" if cfg.pool_url else "") + "; check the pool server's log.")
-    return RouterEnv(cfg.router_config(), tokenizer, registry, client, cfg.reward_config(), health=health)
+    return RouterEnv(cfg.router_config(), tokenizer, registry, client, cfg.reward_config(), health=health,
+                     truth=SimTruth.from_registry(registry, seed=cfg.sim_seed))
 
 
 make_env.config_class = RouterEnvConfig

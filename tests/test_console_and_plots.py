@@ -62,14 +62,61 @@ def run(label, points):
                                                             "em": 0.5}}
 
 
-@pytest.mark.parametrize("costs", [(40.0, 46.0, 55.0), (0.0, 3.0, 300.0)])
-def test_pareto_cost_axis_has_labels_inside_the_data(costs):
+@pytest.mark.parametrize("costs", [(40.0, 46.0, 55.0), (0.0, 3.0, 300.0), (2.54, 6.41, 30.3, 57.65, 24.5),
+                                   (0.3, 0.5), (31.8,)])
+def test_pareto_cost_axis_has_several_plain_labels_inside_the_view(costs):
     fig = report.pareto_figure([run(f"r{i}", {"nq": (c, 0.3 + 0.1 * i), "hq": (c, 0.2)}) for i, c in enumerate(costs)])
     fig.canvas.draw()
     for ax in fig.axes[:3]:
         lo, hi = ax.get_xlim()
+        assert lo <= min(costs) and max(costs) <= hi  # every point in view
         shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi]
-        assert len(shown) >= 2, (costs, ax.get_title(), shown)
+        assert len(shown) >= 3, (costs, ax.get_title(), shown)
+        # plain numbers (no "10^1" mathtext), increasing
+        values = [float(x.replace("\u2212", "-")) for x in shown]
+        assert values == sorted(values), shown
+
+
+def test_cost_ticks_cover_the_data_in_round_steps():
+    assert report.cost_ticks([2.54, 6.41, 30.3, 57.65]) == [2, 5, 10, 20, 50]
+    assert report.cost_ticks([0.0, 3.0, 300.0])[0] == 0.0
+    assert report.cost_ticks([40.0, 55.0]) == [30, 50, 70]
+
+
+def summary_run(label, kind="single", source="2wikimultihopqa", stages=None, vs=None):
+    m = {"n": 3, "em": 0.5, "em_ci95": [0.1, 0.9], "f1": 0.5, "format_ok": 1.0, "cost_1e6_usd": 2.0, "cost_usd": 2e-6,
+         "cost_reward": 0.5, "reward": 0.5, "calls": 1.0, "pool_calls": 3, "pool_failure_rate": 0.0,
+         "pool_latency_p50_s": 0.1, "pool_latency_p95_s": 0.2, "model_share": {"LLaMA-3.1-70B-Instruct": 1.0},
+         "routing_entropy_bits": 0.0, "stages": stages or {}}
+    return {"label": label, "kind": kind, "sources": {source: m}, "overall": m, **({"vs_router": vs} if vs else {})}
+
+
+def test_table_names_are_whole_and_columns_explained():
+    stages = {"format_ok": 1.0, "copy_ok": 0.6, "expert_ok": 0.5, "expert_best": 0.25, "gold_in_info": 0.58,
+              "em_given_gold": 0.75, "decomposed": float("nan")}
+    vs = {"reference": "PPO router (embedded)", "n": 3, "em_diff": 0.2, "em_diff_ci95": [0.1, 0.3],
+          "cost_diff_1e6": -5.0, "cost_diff_1e6_ci95": [-6.0, -4.0], "verdict": "dominates the router"}
+    table = report.format_table([summary_run("PPO router a=0.6 (embedded_alpha06)", "router", stages=stages),
+                                 summary_run("single:LLaMA-3.1-70B-Instruct", vs=vs)])
+    assert "PPO router a=0.6 (embedded_alpha06) 2wikimultihopqa" in table  # neither cut
+    assert "share of the questions in which the run called that model" in table and "LLaMA-3.1-70B" in table
+    stage_line = next(x for x in table.splitlines() if x.startswith("PPO router") and "0.600" in x)
+    assert stage_line.split()[-7:] == ["1.000", "0.600", "0.500", "0.250", "0.580", "0.750", "-"]
+    paired = next(x for x in table.splitlines() if x.startswith("single:LLaMA") and "dominates" in x)
+    assert "+0.200" in paired and "[+0.100, +0.300]" in paired and "[-6.00, -4.00]" in paired
+
+
+def test_paired_comparison_against_the_router():
+    ref = [{"uid": str(i), "em": float(i % 2), "cost_usd": 10e-6} for i in range(40)]
+    better = [{"uid": str(i), "em": 1.0, "cost_usd": 2e-6} for i in range(40)]
+    same = [dict(r) for r in ref]
+    v = report.paired_vs(ref, better, "router")
+    assert v["n"] == 40 and v["em_diff"] == pytest.approx(0.5) and v["cost_diff_1e6"] == pytest.approx(-8.0)
+    assert v["em_diff_ci95"][0] > 0 and v["verdict"] == "dominates the router"
+    assert report.paired_vs(ref, same, "router")["verdict"] == "EM within noise, cost within noise"
+    worse = [{"uid": str(i), "em": 0.0, "cost_usd": 20e-6} for i in range(40)]
+    assert report.paired_vs(ref, worse, "router")["verdict"] == "dominated by the router"
+    assert report.paired_vs(ref, [{"uid": "x", "em": 1.0, "cost_usd": 0.0}], "router") is None
 
 
 def test_report_prints_the_path_it_wrote(tmp_path, capsys, monkeypatch):

@@ -157,6 +157,25 @@ def test_scripted_router_metrics_are_exact(tmp_path, tok, data):
     assert on_disk["runs"][0]["overall"]["em"] == overall["em"] and on_disk["config"]["alpha"] == alpha
 
 
+def test_baselines_are_paired_with_the_router_and_stages_reported(tmp_path, tok, data):
+    test_file, truth = data
+    policy = Scripted(tok, answer=lambda q: truth[q][0][0] if truth[q][1] == "sim_1hop" else "nobody")
+    summary = run_eval(tmp_path, test_file, Policy(tok, policy), checkpoints=["scripted"],
+                       baselines=[f"single:{BIG}"], batch_size=4)
+    router, single = summary["runs"]
+    records = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
+    em = {(r["run"], r["uid"]): r["em"] for r in records}
+    diffs = [em[(single["label"], u)] - em[("scripted", u)] for (run, u) in em if run == "scripted"]
+    vs = single["vs_router"]
+    assert "vs_router" not in router and vs["reference"] == "scripted" and vs["n"] == len(truth)
+    assert vs["em_diff"] == pytest.approx(np.mean(diffs)) and vs["em_diff_ci95"][0] <= vs["em_diff"]
+    # both ask Mixtral the whole question: the same calls, the same cost
+    assert vs["cost_diff_1e6"] == pytest.approx(0.0, abs=1e-9)
+    st = router["overall"]["stages"]
+    assert st["copy_ok"] == 1.0 and st["expert_ok"] == 1.0 and st["decomposed"] == 0.0
+    assert st["format_ok"] == 1.0
+
+
 def test_a_set_smaller_than_the_batch_is_evaluated_whole(tmp_path, tok, data):
     test_file, truth = data
     texts = {}

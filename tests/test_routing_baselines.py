@@ -179,6 +179,12 @@ def test_evaluate_runs_the_routing_baselines(tmp_path):
     assert "sim world seed 0" in runs["oracle"]["detail"]
     # the oracle asks cheap specialists for one-hop questions: cheaper than Mixtral alone
     assert runs["oracle-hops"]["overall"]["cost_usd"] < runs["single:Mixtral-8x22B-Instruct"]["overall"]["cost_usd"]
+    # the stages: oracle-hops splits every two-fact question and always asks the cheapest knowing expert
+    assert runs["oracle-hops"]["overall"]["stages"]["decomposed"] == 1.0
+    assert runs["oracle-hops"]["overall"]["stages"]["expert_best"] == 1.0
+    assert runs["oracle"]["overall"]["stages"]["decomposed"] == 0.0
+    assert runs["oracle"]["overall"]["stages"]["copy_ok"] == 1.0
+    assert "vs_router" not in runs["oracle"]  # no router run to compare with
     records = [json.loads(x) for x in (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()]
     assert all(r["format_ok"] for r in records)
     assert all(r["em"] == em_score(r["answer"], r["golds"]) for r in records)

@@ -68,6 +68,7 @@ from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.qa_em import extract_answer
 from router_r1.reward.score import RewardConfig, compute_scores
 from router_r1.row_check import check_router_row
+from router_r1.stages import trajectory_stages
 from verl.trainer.dataset import eval_batches
 
 # torch and transformers are imported inside the functions that need them, so that bad
@@ -520,16 +521,37 @@ def plan_runs(cfg: EvalConfig, baselines: list[Baseline]) -> list[Run]:
 
 
 def _labels(checkpoints: list[str]) -> dict[str, str]:
-    """Short run names: the checkpoint dir's name (its parent's for a generic 'hf' / 'actor'), made unique."""
+    """Run names: how the checkpoint was trained (its run_config.yaml: "PPO router", "SFT router", with its alpha
+    when above 0) and its directory's name (its parent's for a generic 'hf' / 'actor'), made unique."""
     out: dict[str, str] = {}
     for c in checkpoints:
         p = Path(c).resolve()
         name = p.parent.name if p.name in ("hf", "actor", "huggingface") else p.name
+        trained = _trained_as(c)
+        if trained:
+            name = trained if name.lower() == trained.split()[0].lower() else f"{trained} ({name})"
         label, k = name, 2
         while label in out.values():
             label, k = f"{name}#{k}", k + 1
         out[c] = label
     return out
+
+
+def _trained_as(checkpoint: str) -> str | None:
+    """ "PPO router", "GRPO router a=0.6", "SFT router" from the checkpoint's run_config.yaml; None without one."""
+    from verl.trainer.config import load_run_config
+
+    try:
+        run = load_run_config(checkpoint)
+    except (OSError, ValueError):  # an unreadable run config: the directory name will do
+        return None
+    if run is None:
+        return None
+    mode = str(run.get("trainer", {}).get("mode", "ppo"))
+    algo = "SFT" if mode == "sft" else {"gae": "PPO"}.get(str(run.get("algorithm", {}).get("adv_estimator", "gae")),
+                                                         str(run.get("algorithm", {}).get("adv_estimator")).upper())
+    alpha = run.get("env", {}).get("alpha", 0) if mode != "sft" else 0
+    return f"{algo} router" + (f" a={float(alpha):g}" if alpha else "")
 
 
 def conditioned_alpha(checkpoint: str | None, cfg: EvalConfig) -> float | None:
@@ -695,9 +717,10 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
             if mismatch:
                 log(f"WARNING: {mismatch}")
         train = train_rows_for(cfg, files) if any(r.kind in ("knn", "mlp") for r in runs) else None
+        truth = SimTruth.from_registry(pool.full, seed=cfg.sim_seed)  # None for a real pool: world-free stages
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "trajectories.jsonl").write_text("")
-        summaries, loaded = [], (None, None)
+        summaries, loaded, paired = [], (None, None), {}
         for run in runs:
             if run.checkpoint is not None and loaded[0] != run.checkpoint:
                 loaded = (None, None)  # drop the last model before loading the next
@@ -705,6 +728,9 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
             t0 = time.monotonic()
             records = run_one(run, rows, pool, loaded[1], cfg, log, train)
             wall = time.monotonic() - t0
+            for r in records:
+                r["stages"] = trajectory_stages(r["question"], r["golds"], r["turns"], r["em"], r["format_ok"],
+                                                truth, pool.registry.names)
             models = pool.registry.names + [m for m in [run.model] if m and m not in pool.registry.names]
             summaries.append({"label": run.label, "kind": run.kind, "checkpoint": run.checkpoint,
                               "model": run.model, "detail": run.detail, "wall_s": wall,
@@ -712,10 +738,12 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
             if run.detail:
                 log(f"{run.label}: {run.detail}")
             report.write_jsonl(out_dir / "trajectories.jsonl", records, append=True)  # kept if a later run fails
+            paired[run.label] = [{k: r[k] for k in ("uid", "em", "cost_usd")} for r in records]
             o = summaries[-1]["overall"]
             log(f"{run.label}: {len(records)} questions in {wall:.1f}s, EM {o['em']:.3f}, pool calls "
                 f"{o['pool_calls']} ({o['pool_failure_rate']:.0%} failed)")
         where = pool.where
+    compare_with_router(summaries, paired)
     summary = {"created": started, "data": [str(p) for p in files], "pool": where,
                "config": asdict(cfg), "notes": NOTES, "runs": summaries}
     report.write_json(out_dir / "summary.json", summary)
@@ -725,6 +753,18 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     summary["out_dir"] = str(out_dir)
     check_pool_health(summaries, cfg)
     return summary
+
+
+def compare_with_router(summaries: list[dict], paired: dict[str, list[dict]]) -> None:
+    """Every other run gets `vs_router`: its paired EM and cost differences against the last router run (the
+    trained one where train.sh evaluates SFT then PPO)."""
+    routers = [s["label"] for s in summaries if s["kind"] == "router"]
+    if not routers:
+        return
+    ref = routers[-1]
+    for s in summaries:
+        if s["label"] != ref:
+            s["vs_router"] = report.paired_vs(paired[ref], paired[s["label"]], ref)
 
 
 def check_pool_health(summaries: list[dict], cfg: EvalConfig) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from router_r1.pool.health import call_stats
 from router_r1.routing_collapse import call_counts, shares_entropy
+from router_r1.stages import STAGES, stage_rates
 
 OVERALL = "overall"
 
@@ -76,6 +77,7 @@ def metrics(trajs: list[dict], model_names: list[str], seed: int = 0) -> dict:
                         for m in model_names},
         "call_share": call_share,
         "routing_entropy_bits": entropy,  # log2(#models) when calls spread evenly, 0 when one model takes all
+        "stages": stage_rates([t.get("stages") or {} for t in trajs]),  # where EM is lost (router_r1/stages.py)
     }
 
 
@@ -88,40 +90,123 @@ def summarize(trajs: list[dict], model_names: list[str], seed: int = 0) -> dict:
     return {"sources": per, OVERALL: overall}
 
 
+def paired_vs(reference: list[dict], records: list[dict], reference_label: str, seed: int = 0) -> dict | None:
+    """This run minus the reference run on the questions both answered (matched by uid): EM and cost (1e-6 USD)
+    differences with paired bootstrap CIs (one resampling of questions for both), and a verdict in words."""
+    ref = {r["uid"]: r for r in reference}
+    pairs = [(r, ref[r["uid"]]) for r in records if r["uid"] in ref]
+    if not pairs:
+        return None
+    em_d = [float(a["em"]) - float(b["em"]) for a, b in pairs]
+    cost_d = [(float(a["cost_usd"]) - float(b["cost_usd"])) * 1e6 for a, b in pairs]
+    em_ci, cost_ci = bootstrap_ci(em_d, seed=seed), bootstrap_ci(cost_d, seed=seed)  # same seed, same n: same draws
+    return {"reference": reference_label, "n": len(pairs), "em_diff": float(np.mean(em_d)), "em_diff_ci95": list(em_ci),
+            "cost_diff_1e6": float(np.mean(cost_d)), "cost_diff_1e6_ci95": list(cost_ci),
+            "verdict": verdict(em_ci, cost_ci)}
+
+
+def verdict(em_ci: tuple[float, float], cost_ci: tuple[float, float]) -> str:
+    """A run against the router, from the CIs of its differences: dominates (higher EM and cheaper, both beyond
+    the CI), is dominated (lower and dearer), or which way each differs."""
+    if em_ci[0] > 0 and cost_ci[1] < 0:
+        return "dominates the router"
+    if em_ci[1] < 0 and cost_ci[0] > 0:
+        return "dominated by the router"
+    em = "higher EM" if em_ci[0] > 0 else "lower EM" if em_ci[1] < 0 else "EM within noise"
+    cost = "cheaper" if cost_ci[1] < 0 else "dearer" if cost_ci[0] > 0 else "cost within noise"
+    return f"{em}, {cost}"
+
+
 # ---------------------------------------------------------------------------------- console
 
-def _short(name: str, width: int = 14) -> str:
-    name = name.replace("-Instruct", "")
-    return name if len(name) <= width else name[: width - 1] + "~"
+def _short(name: str) -> str:
+    return name.replace("-Instruct", "")
 
 
 def format_table(runs: list[dict]) -> str:
-    """Two plain-text tables: the metrics per run and source, then each pool model's share of questions."""
-    head = (f"{'run':<28} {'source':<14} {'n':>5} {'EM':>6} {'95% CI':>15} {'F1':>6} {'fmt':>5} "
+    """Plain-text tables: metrics per run and source; each run against the router (paired); where EM is lost
+    (stages); each pool model's share of questions. Names are never cut: the columns fit the longest."""
+    lw = max([len("run"), *(len(_label(r)) for r in runs)])
+    sw = max([len("source"), len(OVERALL), *(len(s) for r in runs for s in r["sources"])])
+    head = (f"{'run':<{lw}} {'source':<{sw}} {'n':>5} {'EM':>6} {'95% CI':>15} {'F1':>6} {'fmt':>5} "
             f"{'cost 1e-6$':>11} {'cost $':>10} {'R_cost':>6} {'reward':>6} {'calls':>5} "
             f"{'failed':>6} {'p50 s':>6} {'p95 s':>6}")
     lines = [head, "-" * len(head)]
-    models: list[str] = []
     for run in runs:
-        # only models some run called: a 6-model pool x many runs is wide enough
-        models += [n for n, share in run[OVERALL]["model_share"].items() if share > 0 and n not in models]
         for source, m in _named_groups(run):
             lo, hi = m["em_ci95"]
-            lines.append(f"{_label(run):<28} {source[:14]:<14} {m['n']:>5} {m['em']:>6.3f} "
+            lines.append(f"{_label(run):<{lw}} {source:<{sw}} {m['n']:>5} {m['em']:>6.3f} "
                          f"{f'[{lo:.3f}, {hi:.3f}]':>15} {m['f1']:>6.3f} {m['format_ok']:>5.2f} "
                          f"{m['cost_1e6_usd']:>11.2f} {m['cost_usd']:>10.2e} {m['cost_reward']:>6.3f} "
                          f"{m['reward']:>6.3f} {m['calls']:>5.2f} {_rate(m):>6} "
                          f"{_secs(m.get('pool_latency_p50_s')):>6} {_secs(m.get('pool_latency_p95_s')):>6}")
-    if models:
-        head2 = f"{'share of questions':<43}" + "".join(f" {_short(n):>14}" for n in models) + f" {'H calls':>8}"
-        lines += ["", head2, "-" * len(head2)]
-        for run in runs:
-            for source, m in _named_groups(run):
-                h = m.get("routing_entropy_bits", math.nan)
-                lines.append(f"{_label(run):<28} {source[:14]:<14}"
-                             + "".join(f" {m['model_share'].get(n, 0.0):>14.2f}" for n in models)
-                             + (f" {h:>8.2f}" if h == h else f" {'-':>8}"))
+    lines += _paired_table(runs, lw)
+    lines += _stage_table(runs, lw, sw)
+    lines += _share_table(runs, lw, sw)
     return "\n".join(lines)
+
+
+def _paired_table(runs: list[dict], lw: int) -> list[str]:
+    compared = [r for r in runs if r.get("vs_router")]
+    if not compared:
+        return []
+    ref = compared[0]["vs_router"]["reference"]
+    head = f"{'against ' + ref:<{lw}} {'n':>5} {'EM - router [95% CI]':>28} {'cost - router 1e-6$ [95% CI]':>32}  verdict"
+    lines = ["", f"Paired against the router {ref} on the same questions (bootstrap over questions; a CI that "
+             "excludes 0 is a difference beyond noise):", head, "-" * len(head)]
+    for run in compared:
+        v = run["vs_router"]
+        (el, eh), (cl, ch) = v["em_diff_ci95"], v["cost_diff_1e6_ci95"]
+        lines.append(f"{_label(run):<{lw}} {v['n']:>5} {v['em_diff']:>+8.3f} {f'[{el:+.3f}, {eh:+.3f}]':>19} "
+                     f"{v['cost_diff_1e6']:>+10.2f} {f'[{cl:+.2f}, {ch:+.2f}]':>21}  {v['verdict']}")
+    return lines
+
+
+STAGE_HEADS = {"format_ok": "format", "copy_ok": "copy", "expert_ok": "expert ok", "expert_best": "cheapest",
+               "gold_in_info": "gold in info", "em_given_gold": "EM|gold", "decomposed": "2-hop split"}
+
+
+def _stage_table(runs: list[dict], lw: int, sw: int) -> list[str]:
+    if not any(run[OVERALL].get("stages") for run in runs):
+        return []
+    head = f"{'where EM is lost':<{lw}} {'source':<{sw}}" + "".join(f" {h:>12}" for h in STAGE_HEADS.values())
+    lines = ["", "Stages (router_r1/stages.py), each over the questions it applies to: format = format ok; copy = "
+             "the first sub-question keeps the question's entities; expert ok / cheapest = every readable call "
+             "went to an expert that knows it / to the cheapest such (sim world); gold in info = a gold answer "
+             "was in an <information> received; EM|gold = EM among those (1 - EM|gold were lost after the pool "
+             "gave the answer); 2-hop split = two-fact questions asked in two different calls; - = applies to "
+             "none.", head, "-" * len(head)]
+    for run in runs:
+        for source, m in _named_groups(run):
+            st = m.get("stages") or {}
+            lines.append(f"{_label(run):<{lw}} {source:<{sw}}" + "".join(f" {_frac(st.get(k)):>12}" for k in STAGE_HEADS))
+    return lines
+
+
+def _share_table(runs: list[dict], lw: int, sw: int) -> list[str]:
+    models: list[str] = []
+    for run in runs:  # only models some run called: a 6-model pool x many runs is wide enough
+        models += [n for n, share in run[OVERALL]["model_share"].items() if share > 0 and n not in models]
+    if not models:
+        return []
+    widths = [max(6, len(_short(n))) for n in models]
+    head = (f"{'share of questions':<{lw}} {'source':<{sw}}"
+            + "".join(f" {_short(n):>{w}}" for n, w in zip(models, widths)) + f" {'H calls':>8}")
+    lines = ["", "Model shares: each model column is the share of the questions in which the run called that model "
+             "at least once (a question may call several, so a row can sum above 1); H calls is the entropy in "
+             "bits of how the calls spread over the models (0: one model takes every call; log2 of the number of "
+             "models: an even spread; - : no calls).", head, "-" * len(head)]
+    for run in runs:
+        for source, m in _named_groups(run):
+            h = m.get("routing_entropy_bits", math.nan)
+            lines.append(f"{_label(run):<{lw}} {source:<{sw}}"
+                         + "".join(f" {m['model_share'].get(n, 0.0):>{w}.2f}" for n, w in zip(models, widths))
+                         + (f" {h:>8.2f}" if h == h else f" {'-':>8}"))
+    return lines
+
+
+def _frac(x) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.3f}"
 
 
 def _rate(m: dict) -> str:
@@ -134,7 +219,7 @@ def _secs(x) -> str:
 
 
 def _label(run: dict) -> str:
-    return run["label"].replace("-Instruct", "")[:28]
+    return run["label"].replace("-Instruct", "")
 
 
 def _named_groups(run: dict) -> list[tuple[str, dict]]:
@@ -184,15 +269,41 @@ def png_path(out: str | Path) -> Path:
     return out if out.suffix else out.with_suffix(".png")
 
 
-def _readable_cost_axis(ax, costs: list[float]) -> None:
-    """symlog puts a free method (cost 0) next to paid ones, but labels only decades: when the paid costs
-    span less than a decade, no label would show, so place about five plain ones instead."""
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
-
+def cost_ticks(costs: list[float]) -> list[float]:
+    """Tick positions for the log cost axis: 1-2-5 steps (decades when the costs span over two decades,
+    1-1.5-2-3-5-7 under one) that cover the paid costs, and 0 when a method is free; always at least three
+    paid ones, never only a decade label."""
     paid = [c for c in costs if c > 0]
-    if paid and max(paid) < 10 * min(paid):
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    ticks = [0.0] if any(c <= 0 for c in costs) or not paid else []
+    if not paid:
+        return ticks + [1.0]
+    lo, hi = min(paid), max(paid)
+    steps = (1,) if hi >= 100 * lo else (1, 2, 5) if hi >= 10 * lo else (1, 1.5, 2, 3, 5, 7)
+    cands = [float(f"{m * 10.0 ** k:.6g}") for k in range(math.floor(math.log10(lo)) - 1,
+                                                          math.ceil(math.log10(hi)) + 2) for m in steps]
+    inside = [c for c in cands if lo / 1.5 <= c <= hi * 1.5]
+    # the nearest candidates outside the data, when the data alone gives fewer than three
+    while len(inside) < 3:
+        below = [c for c in cands if c < (inside[0] if inside else lo)]
+        above = [c for c in cands if c > (inside[-1] if inside else hi)]
+        if not below and not above:
+            break
+        inside = ([below[-1]] if below else []) + inside + ([above[0]] if above else [])
+    return ticks + inside
+
+
+def _readable_cost_axis(ax, costs: list[float]) -> None:
+    """symlog puts a free method (cost 0) next to paid ones but labels only decades (often one label in
+    view): place the cost_ticks instead, written as plain numbers, and keep them in view."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ticks = cost_ticks(costs)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    paid = [t for t in ticks if t > 0] + [c for c in costs if c > 0]
+    if paid:
+        ax.set_xlim(0.0 if ticks[0] == 0 else min(paid) / 1.3, max(paid) * 1.3)
 
 
 def plot_pareto(runs: list[dict], path: str | Path) -> Path:

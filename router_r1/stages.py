@@ -1,0 +1,87 @@
+"""Where a router loses EM, stage by stage: one trajectory's diagnosis, and their rates over a batch.
+
+Each stage is a 0/1 value per trajectory, or None where it does not apply:
+
+    format_ok      the trajectory passes the format check
+    copy_ok        the first sub-question keeps every named entity of the question (whole words, any
+                   case); entities from the simulated world's parse, else runs of capitalised words
+                   (router_r1/pool/sim_truth.capitalised_entities). None without a pool call or entity.
+    expert_ok      every call whose sub-question the world can read went to an expert that knows it
+                   (P(right) within KNOW_MARGIN of the best routable expert, router_r1/pool/sim_truth.py)
+    expert_best    ... and to the cheapest such expert (the oracle's pick). Both need a simulated pool.
+    gold_in_info   a gold answer appears (normalised, whole words) in an <information> the router got
+    em_given_gold  EM, among trajectories with gold_in_info: 1 - this is the share lost after the pool
+                   had given the answer
+    decomposed     a two-fact question was split: two or more calls with different sub-questions
+                   (two-fact questions known from the world's parse; None for the rest)
+
+A trajectory is its turn records (a pool call's turn has "ok", "model", "query", "information").
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from router_r1.pool.sim_truth import SimTruth, capitalised_entities
+from router_r1.reward.qa_em import normalize_answer, usable_golds
+
+STAGES = ("format_ok", "copy_ok", "expert_ok", "expert_best", "gold_in_info", "em_given_gold", "decomposed")
+
+
+def _calls(turns: list[dict]) -> list[dict]:
+    return [t for t in turns if "ok" in t]  # "ok" is set once the pool was called
+
+
+def _has_words(text: str, phrase: str) -> bool:
+    words = phrase.lower().split()
+    return bool(words) and re.search(r"\b" + r"\s+".join(map(re.escape, words)) + r"\b", text.lower()) is not None
+
+
+def trajectory_stages(question: str | None, golds, turns: list[dict], em: float, format_ok: bool,
+                      truth: SimTruth | None = None, routable: list[str] | None = None) -> dict[str, float | None]:
+    """The stages of one trajectory (see the module docstring); `routable` limits the experts compared."""
+    calls = _calls(turns)
+    out: dict[str, float | None] = dict.fromkeys(STAGES)
+    out["format_ok"] = float(bool(format_ok))
+    entities = (truth.entities(question) if truth is not None and question else None) or \
+        capitalised_entities(question or "")
+    if calls and entities:
+        first = calls[0].get("query") or ""
+        out["copy_ok"] = float(all(_has_words(first, e) for e in entities))
+    if truth is not None:
+        judged = []
+        for c in calls:
+            facts = truth.facts(c.get("query") or "")
+            if facts is None or c.get("model") not in truth.experts:
+                continue
+            among = [m for m in (routable or truth.experts) if m in truth.experts]
+            knowing = truth.knowing(facts, among)
+            judged.append((c["model"] in knowing, c["model"] == knowing[0]))
+        if judged:
+            out["expert_ok"] = float(all(ok for ok, _ in judged))
+            out["expert_best"] = float(all(best for _, best in judged))
+        facts = truth.facts(question) if question else None
+        if facts is not None and len(facts) > 1:
+            asked = {normalize_answer(c.get("query") or "") for c in calls}
+            out["decomposed"] = float(len(calls) >= 2 and len(asked) >= 2)
+    norm_golds = [normalize_answer(g) for g in usable_golds(golds)]
+    info = [normalize_answer(c.get("information") or "") for c in calls if c.get("ok")]
+    out["gold_in_info"] = float(any(_has_words(text, g) for text in info for g in norm_golds))
+    if out["gold_in_info"]:
+        out["em_given_gold"] = float(em)
+    return out
+
+
+def stage_rates(stages: list[dict]) -> dict[str, float]:
+    """Mean of each stage over the trajectories it applies to (nan where it applies to none)."""
+    out = {}
+    for name in STAGES:
+        vals = [s[name] for s in stages if s.get(name) is not None]
+        out[name] = sum(vals) / len(vals) if vals else math.nan
+    return out
+
+
+def stage_metrics(stages: list[dict], prefix: str = "stage") -> dict[str, list[float]]:
+    """Training metrics: `stage/<name>` with one value per trajectory the stage applies to (every key present,
+    so the batches of one step agree on their keys)."""
+    return {f"{prefix}/{name}": [s[name] for s in stages if s.get(name) is not None] for name in STAGES}
