@@ -342,3 +342,22 @@ def test_dispatch_split_and_collect():
     assert collect("dp", [{"loss": 1.0}, {"loss": 3.0}]) == {"loss": 2.0}
     merged = collect("dp", [p[0][0] for p in parts])
     assert torch.equal(merged.batch["input_ids"], data.batch["input_ids"])
+
+
+def test_a_critic_from_a_causal_lm_says_its_value_head_is_new_in_one_line(tmp_path, capfd):
+    """transformers' LOAD REPORT (score.weight MISSING) is expected for a new value head: one line instead;
+    a backbone weight the checkpoint lacks is still a warning naming it."""
+    lm = AutoModelForCausalLM.from_config(load_model(SPEC).config)
+    lm.save_pretrained(tmp_path / "lm")
+    critic = load_model(str(tmp_path / "lm"), role="critic")
+    out, err = capfd.readouterr()
+    assert "LOAD REPORT" not in out + err and "MISSING" not in out + err and "not sharded" not in out + err
+    assert f"critic: a new value head (score.bias, score.weight) on the weights of {tmp_path / 'lm'}" in out
+    assert "WARNING" not in out
+    torch.testing.assert_close(critic.model.norm.weight, lm.model.norm.weight)
+
+    state = {k: v for k, v in lm.state_dict().items() if k != "model.norm.weight"}
+    lm.save_pretrained(tmp_path / "cut", state_dict=state)
+    load_model(str(tmp_path / "cut"), role="critic")
+    assert f"WARNING: critic: 1 backbone weights of {tmp_path / 'cut'} missing or unused: model.norm.weight" in \
+        capfd.readouterr().out

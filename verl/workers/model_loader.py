@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -188,6 +189,8 @@ def load_model(spec, dtype: str | torch.dtype = torch.float32, role: str = "acto
         attn = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
         if src is None:
             model = auto.from_config(config, dtype=dtype, **attn)
+        elif critic:
+            model = _critic_from_pretrained(auto, config, dtype, attn, src)
         else:
             model = auto.from_pretrained(config=config, dtype=dtype, **attn, **src)
         if critic and auto is AutoModel:
@@ -198,6 +201,36 @@ def load_model(spec, dtype: str | torch.dtype = torch.float32, role: str = "acto
             del model.config.quantization_config
     if gradient_checkpointing:
         set_checkpointing(model, True)
+    return model
+
+
+def _critic_from_pretrained(auto, config, dtype, attn: dict, src: dict) -> nn.Module:
+    """The critic's backbone from a causal LM checkpoint, without transformers' load report: it lists the
+    new value head as MISSING and the unused lm_head as UNEXPECTED, both expected here. One line says
+    so; a missing backbone weight or another unexpected one is still a warning, named."""
+    # where from_pretrained logs the report, and the tensor-parallel plan check (no TP here) that lists
+    # the value head and the norms as "not sharded"
+    quiet = [logging.getLogger(f"transformers.{name}") for name in ("modeling_utils", "distributed.tensor_parallel")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)
+    try:
+        model, info = auto.from_pretrained(config=config, dtype=dtype, output_loading_info=True, **attn, **src)
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
+    where = src["pretrained_model_name_or_path"] + (f"/{src['gguf_file']}" if "gguf_file" in src else "")
+    prefix = model.base_model_prefix + "."
+    with_head = auto is AutoModelForTokenClassification  # else the head is added after loading (ValueHeadModel)
+    missing = sorted(info["missing_keys"])
+    head = [k for k in missing if with_head and not k.startswith(prefix)]
+    lost = [k for k in missing if k not in head] + sorted(k for k in info["unexpected_keys"] if not k.startswith("lm_head."))
+    print(f"critic: a new value head ({', '.join(head) or 'score'}) on the weights of {where}, as expected for a "
+          "causal LM checkpoint (transformers' load report is not shown)", flush=True)
+    if lost:
+        more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
+        print(f"WARNING: critic: {len(lost)} backbone weights of {where} missing or unused: "
+              f"{', '.join(lost[:5])}{more}", flush=True)
     return model
 
 
