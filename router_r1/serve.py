@@ -36,8 +36,11 @@ from aiohttp import web
 
 from router_r1.eval.evaluate import (USER_ERRORS, Pool, Policy, check_checkpoint, fit_context, load_policy, open_pool,
                                      quiet_transformers, tokenize_prompt)
-from router_r1.pool.server import (ServerThread, bearer_auth, content_text, error_response, models_handler, serve_until_signal,
-                                   start_site)
+from router_r1.pool import chat_fields
+from router_r1.pool.errors import BadRequest
+from router_r1.pool.openai_http import (MODEL_KEY, ServerSettings, application, bad_request_response,
+                                        error_response, models_handler, read_json, serve_until_signal, start_site)
+from router_r1.pool.server import ServerThread
 from router_r1.prompts import build_router_prompt
 from router_r1.reward.score import RewardConfig
 from router_r1.router_env import RouterConfig, RouterEnv
@@ -48,12 +51,6 @@ log = logging.getLogger("router_r1.serve")
 MODEL_NAME = "router-r1"
 
 
-class BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None):
-        super().__init__(message)
-        self.param, self.status, self.code = param, status, code
-
-
 @dataclass
 class ChatCall:
     question: str
@@ -62,6 +59,7 @@ class ChatCall:
     temperature: float | None
     top_p: float
     seed: int | None
+    max_tokens: int | None  # the answer is cut to this many of the router's tokens (finish_reason "length")
     stream: bool
     include_usage: bool
     trace: bool
@@ -90,12 +88,12 @@ class RouterService:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise BadRequest("'model' must be a non-empty string", "model")
-        base, _, at = model.partition("@")
-        if base != self.name or (at and not self.conditioned):
+        base, sep, at = model.partition("@")
+        if base != self.name or (sep and not self.conditioned):
             raise BadRequest(f"model {model!r} does not exist (known: {self.model_ids()})", "model", 404,
                              "model_not_found")
         alpha = body.get("alpha")
-        if at:
+        if sep:
             try:
                 named = float(at)
             except ValueError:
@@ -110,33 +108,32 @@ class RouterService:
                 raise BadRequest(f"this router was trained at the fixed alpha {self.settings.alpha:g}; it cannot take "
                                  f"another (an alpha-conditioned run can)", "alpha")
         alpha = (self.settings.alpha if alpha is None else float(alpha)) if self.conditioned else None
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest("'messages' must be a non-empty list", "messages")
-        users = [(i, m) for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"]
+        messages = chat_fields.messages(body)
+        users = [i for i, m in enumerate(messages) if m["role"] == "user"]
         if not users:
             raise BadRequest("'messages' holds no user message (the question)", "messages")
-        i, last = users[-1]
-        question = content_text(last.get("content"), i)
+        question = messages[users[-1]]["content"]
         if not question.strip():
-            raise BadRequest(f"messages[{i}].content is empty", f"messages[{i}].content")
+            raise BadRequest(f"messages[{users[-1]}].content is empty", f"messages[{users[-1]}].content")
         if body.get("n", 1) != 1:
             raise BadRequest("only n=1 is supported", "n")
-        temperature = body.get("temperature")
-        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-                                        or not 0 <= temperature <= 2):
-            raise BadRequest("'temperature' must be a number in [0, 2]", "temperature")
-        top_p = body.get("top_p", 1.0)
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-            raise BadRequest("'top_p' must be a number in (0, 1]", "top_p")
-        seed = body.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise BadRequest("'seed' must be an integer", "seed")
+        temperature = chat_fields.number(body, "temperature", 0.0, 2.0, None)
+        top_p = chat_fields.number(body, "top_p", 0.0, 1.0, 1.0, lo_open=True)
+        _, max_tokens = chat_fields.max_tokens(body, None)
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
             raise BadRequest("'stream_options' must be an object", "stream_options")
-        return ChatCall(question, model, alpha, temperature, float(top_p), seed, bool(body.get("stream")),
-                        bool(options.get("include_usage")), bool(body.get("trace")))
+        return ChatCall(question, model, alpha, temperature, top_p, chat_fields.seed(body), max_tokens,
+                        _flag(body, "stream"), _flag(options, "include_usage", "stream_options."), _flag(body, "trace"))
+
+    def cut(self, answer: str, max_tokens: int | None) -> tuple[str, str]:
+        """(the answer cut to max_tokens of the router's tokens, finish_reason)."""
+        if max_tokens is None:
+            return answer, "stop"
+        ids = self.policy.tokenizer(answer, add_special_tokens=False)["input_ids"]
+        if len(ids) <= max_tokens:
+            return answer, "stop"
+        return self.policy.tokenizer.decode(ids[:max_tokens], skip_special_tokens=True), "length"
 
     def prompt_ids(self, question: str, alpha: float | None) -> list[int]:
         messages = build_router_prompt(question, self.pool.registry, self.policy.template, alpha=alpha)
@@ -169,10 +166,11 @@ class RouterService:
                             "turns": [{k: t.get(k) for k in ("action", "model", "query", "answer", "reason", "ok",
                                                              "error", "cost_usd", "latency_s", "information")}
                                       for t in ep.turns]}
+        answer, finish = (None, "stop") if done.answer is None else self.cut(done.answer, call.max_tokens)
         return {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
                 "model": call.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": done.answer},
-                             "finish_reason": "stop", "logprobs": None}],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
+                             "finish_reason": finish, "logprobs": None}],
                 "usage": {"prompt_tokens": router_in + pool_in, "completion_tokens": router_out + pool_out,
                           "total_tokens": router_in + pool_in + router_out + pool_out},
                 "router_r1": ext}
@@ -192,22 +190,30 @@ def no_answer_error(done: Answered, ext: dict) -> web.Response:
     return web.json_response(body, status=500, headers={"x-should-retry": "false"})
 
 
-def make_app(service: RouterService, token: str | None = None) -> web.Application:
-    """The aiohttp application serving `service` under /v1."""
+def _flag(body: dict, key: str, prefix: str = "") -> bool:
+    """body[key] as a bool (absent or null: False); another type is refused, naming the field."""
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise BadRequest(f"'{prefix}{key}' must be true or false", prefix + key)
+    return bool(value)
 
-    auth = bearer_auth(token)
+
+def make_app(service: RouterService, token: str | None = None,
+             settings: ServerSettings | None = None) -> web.Application:
+    """The aiohttp application serving `service` under /v1."""
+    settings = settings or ServerSettings()
     list_models = models_handler(service.model_ids)
 
     async def chat(request: web.Request) -> web.StreamResponse:
         try:
-            body = json.loads(await request.read())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return error_response(400, "request body is not valid JSON", "invalid_request_error")
+            call = service.parse(await read_json(request, settings))
+        except BadRequest as e:
+            return bad_request_response(e)
+        request[MODEL_KEY] = call.model  # named in the log line if the client leaves before the reply
         try:
-            call = service.parse(body)
             prompt, done = await service.answer(call)
         except BadRequest as e:
-            return error_response(e.status, str(e), "invalid_request_error", param=e.param, code=e.code)
+            return bad_request_response(e)
         except Exception as e:  # a bug or a dead model: the server's error, said without internals
             log.exception("request failed")
             return error_response(500, f"router error: {type(e).__name__}", "server_error")
@@ -223,7 +229,7 @@ def make_app(service: RouterService, token: str | None = None) -> web.Applicatio
     async def on_cleanup(app: web.Application) -> None:
         await service.aclose()
 
-    app = web.Application(middlewares=[auth])
+    app = application(settings, token)
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/chat/completions", chat)
     app.on_cleanup.append(on_cleanup)
@@ -260,12 +266,14 @@ def _pieces(text: str) -> list[str]:
 class RouterServerThread(ServerThread):
     """The router server in a background thread with its own event loop (tests, benchmarks)."""
 
-    def __init__(self, service: RouterService, host: str = "127.0.0.1", port: int = 0, token: str | None = None):
-        super().__init__(service, host, port, token)
+    def __init__(self, service: RouterService, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                 settings: ServerSettings | None = None):
+        super().__init__(service, host, port, token, settings=settings)
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        runner, self.port = await start_site(make_app(self.backend, self._token), self.host, self.port)
+        runner, self.port = await start_site(make_app(self.backend, self._token, self._settings), self.host,
+                                             self.port, self._settings)
         self._ready.set()
         try:
             await self._stop.wait()
@@ -319,6 +327,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default=None)
     p.add_argument("--rollout", default="auto", help="auto | hf | hf_static")
     p.add_argument("--max-batch", type=int, default=64, help="most requests in one generate call")
+    ServerSettings.add_args(p)
     return p.parse_args(argv)
 
 
@@ -343,7 +352,7 @@ def serving(a: argparse.Namespace) -> Iterator[RouterService]:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name in ("httpx", "openai"):  # one line per pool call otherwise
+    for name in ("httpx", "httpx2", "openai"):  # one line per pool call otherwise
         logging.getLogger(name).setLevel(logging.WARNING)
     token = None
     if a.token_env:
@@ -352,17 +361,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --token-env {a.token_env}: that environment variable is not set or empty", file=sys.stderr)
             return 2
     try:
+        settings = ServerSettings.from_args(a)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
         with serving(a) as service:
-            asyncio.run(_serve_forever(service, a.host, a.port, token))
+            asyncio.run(_serve_forever(service, a.host, a.port, token, settings))
     except (*USER_ERRORS, ServeError) as e:
         print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     return 0
 
 
-async def _serve_forever(service: RouterService, host: str, port: int, token: str | None) -> None:
-    await serve_until_signal(make_app(service, token), host, port,
-                             f"router server listening on {{url}} (auth {'on' if token else 'off'})")
+async def _serve_forever(service: RouterService, host: str, port: int, token: str | None,
+                         settings: ServerSettings) -> None:
+    await serve_until_signal(make_app(service, token, settings), host, port,
+                             f"router server listening on {{url}} (auth {'on' if token else 'off'})", settings)
 
 
 if __name__ == "__main__":

@@ -20,3 +20,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="session")
+def trained_router(tmp_path_factory):
+    """The tiny router of serve_fixture, trained once per session (it takes seconds to a minute on a busy box)
+    and shared by the modules that serve it; they must not write into it."""
+    from serve_fixture import build_trained_router
+
+    return build_trained_router(tmp_path_factory.mktemp("router") / "hf")

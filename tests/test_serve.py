@@ -19,7 +19,7 @@ from router_r1.actions import NO_REPLY_TEXT
 from router_r1.router_env import RouterConfig
 from router_r1.serve import RouterServerThread, build_service, parse_args, serving
 from router_r1.serve_engine import RunSettings, ServeError, load_run_settings
-from serve_fixture import ALPHAS, ANSWER, BIG, SIM, SUB_QUESTION, TURNS, build_trained_router
+from serve_fixture import ALPHAS, ANSWER, BIG, SIM, SUB_QUESTION, TURNS
 from verl.workers.rollout.base import SamplingParams
 
 POOL_KEY = "pool-key-7f3a9c-never-shown"
@@ -29,8 +29,8 @@ QUESTION = "What is the capital of Veloria?"
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return build_trained_router(tmp_path_factory.mktemp("router") / "hf")
+def ckpt(trained_router):
+    return trained_router
 
 
 @pytest.fixture(scope="module")

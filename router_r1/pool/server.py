@@ -9,24 +9,21 @@ Retry-After, hangs, slow replies) are drawn from a seeded RNG per request, so a 
 retry logic can be tested against a known mix. ServerThread runs the app in a
 background thread for tests and benchmarks.
 
-Hostile requests get a 4xx, never a 500: a body that is not JSON or nests too deeply
-(400), numbers past their bounds (400), a body larger than `max_body_bytes` (413, at once
-when its Content-Length says so), a body that does not arrive within `read_timeout_s`
-(408). A back end that is full (the hf back end's bounded queue) gives 429 with
-Retry-After. Each answered request is logged with its latency, also sent back in the
-`X-Latency-S` response header.
+Hostile requests get a 4xx JSON error, never a 500 or a held connection (the shared HTTP
+layer, router_r1/pool/openai_http.py, says which); a field of the wrong type or out of its
+range is a 400 naming it (router_r1/pool/chat_fields.py). A back end that is full (the hf
+back end's bounded queue) gives 429 with Retry-After. Each answered request is logged with
+its latency, also sent back in the `X-Latency-S` response header; one whose client left
+first is logged too.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
-import json
 import logging
 import math
 import os
 import random
-import signal
 import sys
 import threading
 import time
@@ -36,6 +33,10 @@ from typing import Protocol
 
 from aiohttp import web
 
+from router_r1.pool import chat_fields
+from router_r1.pool.errors import BadRequest, Overloaded
+from router_r1.pool.openai_http import (MODEL_KEY, ServerSettings, application, bad_request_response,
+                                        error_response, models_handler, read_json, serve_until_signal, start_site)
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import DEFAULT_ENTITIES, SimWorld
 
@@ -45,9 +46,6 @@ __all__ = ["Backend", "FaultConfig", "Overloaded", "ServerSettings", "ServerThre
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 4096  # when a request gives none
-MAX_TOKENS_LIMIT = 1 << 20  # larger asks are refused (400): no model here writes a million tokens
-SEED_LIMIT = 1 << 63  # |seed| below this (torch.manual_seed takes 64 bits)
-ROLES = ("system", "user", "assistant", "developer", "tool")
 
 
 class Backend(Protocol):
@@ -101,65 +99,6 @@ class FaultConfig:
 
 
 @dataclass
-class ServerSettings:
-    """Limits on what one request may hold."""
-
-    read_timeout_s: float = 30.0  # a body not received within this gets 408 and the connection is freed
-    max_body_bytes: int = 4 << 20  # 413 above this (a routed sub-question is a few kB)
-
-    def __post_init__(self):
-        if not self.read_timeout_s > 0 or self.max_body_bytes < 1:
-            raise ValueError(f"ServerSettings: read_timeout_s must be > 0 and max_body_bytes >= 1, got "
-                             f"{self.read_timeout_s}, {self.max_body_bytes}")
-
-
-class Overloaded(Exception):
-    """A back end's queue is full: the server answers 429 with Retry-After `retry_after_s`."""
-
-    def __init__(self, message: str, retry_after_s: float):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
-
-
-def error_response(status: int, message: str, etype: str, param: str | None = None,
-                   code: str | None = None, headers: dict | None = None) -> web.Response:
-    """An OpenAI-shaped error body: {"error": {message, type, param, code}}."""
-    body = {"error": {"message": message, "type": etype, "param": param, "code": code}}
-    return web.json_response(body, status=status, headers=headers)
-
-
-def bearer_auth(token: str | None):
-    """aiohttp middleware: with a token, a request without `Authorization: Bearer <token>` gets an OpenAI 401."""
-
-    @web.middleware
-    async def auth(request: web.Request, handler):
-        if token is not None:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return error_response(401, "invalid or missing bearer token", "invalid_request_error",
-                                      code="invalid_api_key")
-        return await handler(request)
-
-    return auth
-
-
-def models_handler(model_ids):
-    """The `/v1/models` handler listing `model_ids()`."""
-
-    async def list_models(request: web.Request) -> web.Response:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "router-r1"} for m in model_ids()]
-        return web.json_response({"object": "list", "data": data})
-
-    return list_models
-
-
-@dataclass
 class ChatRequest:
     model: str
     messages: list[dict]
@@ -175,42 +114,15 @@ def parse_chat_request(body: object) -> ChatRequest:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' must be a non-empty string", "model")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list", "messages")
-    clean = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise BadRequest(f"messages[{i}] must be an object with 'role' one of {list(ROLES)}", f"messages[{i}].role")
-        clean.append({"role": m["role"], "content": content_text(m.get("content"), i)})
+    messages = chat_fields.messages(body)
     if body.get("stream"):
         raise BadRequest("streaming is not supported by this server", "stream")
     if body.get("n", 1) != 1:
         raise BadRequest("only n=1 is supported", "n")
-    temperature = body.get("temperature", 1.0)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
-        raise BadRequest("'temperature' must be a number in [0, 2]", "temperature")
-    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = body.get(key)
-    if max_tokens is None:
-        max_tokens = DEFAULT_MAX_TOKENS
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS_LIMIT:
-        raise BadRequest(f"'{key}' must be an integer in [1, {MAX_TOKENS_LIMIT}]", key)
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                             or not -SEED_LIMIT < seed < SEED_LIMIT):
-        raise BadRequest("'seed' must be an integer with |seed| < 2**63", "seed")
-    return ChatRequest(model, clean, float(temperature), max_tokens, seed)
-
-
-def content_text(content: object, i: int) -> str:
-    """messages[i].content as text: OpenAI allows a string or a list of parts; only text parts mean anything here."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
-                                         and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)
-    raise BadRequest(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
+    temperature = chat_fields.number(body, "temperature", 0.0, 2.0, 1.0)
+    chat_fields.number(body, "top_p", 0.0, 1.0, 1.0, lo_open=True)  # checked; the back ends sample the full vocabulary
+    _, max_tokens = chat_fields.max_tokens(body, DEFAULT_MAX_TOKENS)
+    return ChatRequest(model, messages, temperature, max_tokens, chat_fields.seed(body))
 
 
 def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | None = None,
@@ -222,37 +134,15 @@ def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | N
     model_ids = set(backend.model_ids())
     closing = asyncio.Event()  # set on shutdown so hanging requests end at once
 
-    auth = bearer_auth(token)
     list_models = models_handler(backend.model_ids)
-
-    async def read_body(request: web.Request) -> bytes | web.Response:
-        if request.content_length is not None and request.content_length > settings.max_body_bytes:
-            return error_response(413, f"request body of {request.content_length} bytes is over the server's "
-                                       f"limit of {settings.max_body_bytes}", "invalid_request_error")
-        try:
-            return await asyncio.wait_for(request.read(), settings.read_timeout_s)
-        except asyncio.TimeoutError:
-            return error_response(408, f"request body not received within {settings.read_timeout_s:g} s",
-                                  "invalid_request_error", headers={"Connection": "close"})
-        except web.HTTPRequestEntityTooLarge:
-            return error_response(413, f"request body is over the server's limit of {settings.max_body_bytes} "
-                                       "bytes", "invalid_request_error")
 
     async def chat(request: web.Request) -> web.Response:
         t0 = time.monotonic()
-        raw = await read_body(request)
-        if isinstance(raw, web.Response):
-            return raw
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return error_response(400, "request body is not valid JSON", "invalid_request_error")
-        except RecursionError:
-            return error_response(400, "request body nests too deeply", "invalid_request_error")
-        try:
-            req = parse_chat_request(body)
+            req = parse_chat_request(await read_json(request, settings))
         except BadRequest as e:
-            return error_response(400, str(e), "invalid_request_error", param=e.param)
+            return bad_request_response(e)
+        request[MODEL_KEY] = req.model  # named in the log line if the client leaves before the reply
         if req.model not in model_ids:
             return error_response(404, f"model {req.model!r} does not exist (known: {sorted(model_ids)})",
                                   "invalid_request_error", param="model", code="model_not_found")
@@ -277,6 +167,9 @@ def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | N
             log.info("%s: 429 (%s)", req.model, e)
             return error_response(429, str(e), "rate_limit_error", code="rate_limit_exceeded",
                                   headers={"Retry-After": f"{math.ceil(e.retry_after_s):d}"})
+        except BadRequest as e:  # what only the back end can check (a prompt longer than its limit)
+            log.info("%s: %d (%s)", req.model, e.status, e)
+            return bad_request_response(e)
         except Exception as e:  # a backend bug is the server's error, not the client's
             log.exception("backend failed on model %s", req.model)
             return error_response(500, f"backend error: {type(e).__name__}", "server_error")
@@ -305,22 +198,11 @@ def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | N
         if aclose is not None:
             await aclose()
 
-    # the size limit is ours (read_body); aiohttp's own would answer a bigger body with its own page
-    app = web.Application(middlewares=[auth], client_max_size=settings.max_body_bytes)
+    app = application(settings, token)
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/chat/completions", chat)
     app.on_shutdown.append(on_shutdown)
     return app
-
-
-async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Start serving `app`; returns the runner and the bound port (useful with port 0)."""
-    # a client that gives up (timeout) cancels its handler, so a hung request does not linger
-    runner = web.AppRunner(app, shutdown_timeout=2.0, access_log=None, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    return runner, runner.addresses[0][1]
 
 
 class ServerThread:
@@ -365,7 +247,7 @@ class ServerThread:
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
         app = make_app(self.backend, self._token, self._faults, self._settings)
-        runner, self.port = await start_site(app, self.host, self.port)
+        runner, self.port = await start_site(app, self.host, self.port, self._settings)
         self._ready.set()
         try:
             await self._stop.wait()
@@ -408,7 +290,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="how long a first request waits for others to join its batch (hf backend)")
     p.add_argument("--max-queue", type=int, default=256,
                    help="requests waiting per model before the server answers 429 + Retry-After (hf backend)")
-    p.add_argument("--read-timeout-s", type=float, default=30.0, help="a request body must arrive within this")
+    p.add_argument("--max-prompt-tokens", type=int, default=8192,
+                   help="longer prompts get 400 context_length_exceeded before they reach the model (hf backend)")
+    ServerSettings.add_args(p)
     p.add_argument("--error-rate", type=float, default=0.0)
     p.add_argument("--rate-limit-rate", type=float, default=0.0)
     p.add_argument("--timeout-rate", type=float, default=0.0)
@@ -439,28 +323,16 @@ def _build_backend(args: argparse.Namespace) -> Backend:
         torch.set_num_threads(args.threads)
     try:
         return HFBackend(models, device=args.device, max_batch_size=args.max_batch_size,
-                         batch_window_s=args.batch_window_s, max_queue=args.max_queue)
+                         batch_window_s=args.batch_window_s, max_queue=args.max_queue,
+                         max_prompt_tokens=args.max_prompt_tokens)
     except ValueError as e:
         raise SystemExit(str(e)) from None
 
 
-async def serve_until_signal(app: web.Application, host: str, port: int, banner: str) -> None:
-    """Serve `app` until SIGINT or SIGTERM; prints `banner` with {url} filled in once it listens."""
-    runner, port = await start_site(app, host, port)
-    print(banner.format(url=f"http://{host}:{port}/v1"), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-
-
-async def _serve_forever(backend: Backend, args: argparse.Namespace, token: str | None, faults: FaultConfig) -> None:
-    app = make_app(backend, token, faults, ServerSettings(read_timeout_s=args.read_timeout_s))
-    await serve_until_signal(app, args.host, args.port, "pool server listening on {url}")
+async def _serve_forever(backend: Backend, args: argparse.Namespace, token: str | None, faults: FaultConfig,
+                         settings: ServerSettings) -> None:
+    app = make_app(backend, token, faults, settings)
+    await serve_until_signal(app, args.host, args.port, "pool server listening on {url}", settings)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -473,11 +345,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         faults = FaultConfig(args.error_rate, args.rate_limit_rate, args.timeout_rate, args.slow_rate,
                              hang_s=args.hang_s, slow_s=args.slow_s, seed=args.fault_seed)
+        settings = ServerSettings.from_args(args)
     except ValueError as e:
         raise SystemExit(str(e)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     backend = _build_backend(args)
-    asyncio.run(_serve_forever(backend, args, token, faults))
+    asyncio.run(_serve_forever(backend, args, token, faults, settings))
 
 
 if __name__ == "__main__":
