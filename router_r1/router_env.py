@@ -38,6 +38,7 @@ from omegaconf import II
 
 from router_r1.pool.client import PoolClient, ReplyLimits, RouteRequest
 from router_r1.pool.health import PoolHealth
+from router_r1.pool.preflight import pool_problems
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.sim_truth import SimTruth
 from router_r1.prompts import build_router_prompt, load_template
@@ -452,6 +453,7 @@ def make_env(env_cfg, tokenizer) -> RouterEnv:
 
 
 make_env.config_class = RouterEnvConfig
+make_env.preflight = pool_problems  # the engine's preflight: the pool yaml and its key, before any model loads
 
 # The keys that give an episode its shape and its score: evaluation and inference take them from the run
 # a checkpoint was trained with (its run_config.yaml); a flag overrides.

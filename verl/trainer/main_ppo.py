@@ -11,11 +11,13 @@ Launch modes (trainer.backend):
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verl.trainer import preflight
 from verl.trainer.config import CONFIG_DIR, check_env_config, register_configs, save_run_config
 from verl.trainer.dataset import PromptDataset
 from verl.trainer.dist import Dist
@@ -187,6 +189,7 @@ def run(cfg: DictConfig) -> dict:
     else:  # SFT plays no episode: its run config names no env, so evaluation never takes a shape from it
         with open_dict(cfg):
             cfg.env = None
+    preflight.check(cfg)  # GPUs, data files, the pool key: before the tokenizer's hub retries
     if cfg.trainer.device == "cpu":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     hide_library_bars()
@@ -251,7 +254,11 @@ def summary(metrics: dict, cfg: DictConfig, stopped: str = "done") -> str:
 
 @hydra.main(config_path=CONFIG_DIR, config_name="ppo_trainer", version_base=None)
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    try:
+        run(cfg)
+    except preflight.PreflightError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

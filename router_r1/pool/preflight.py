@@ -1,0 +1,29 @@
+"""What a routing run's pool needs before training starts: its yaml and, for a remote endpoint, its key.
+The engine's preflight (verl/trainer/preflight.py) calls this through make_env.preflight."""
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+from router_r1.pool.registry import ModelRegistry, RegistryError
+
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def pool_problems(env_cfg) -> list[str]:
+    """Readable lines for what the `env` section's pool lacks here: a missing or bad pool yaml, an API key
+    variable that is unset for a model on a remote endpoint (a local server needs none)."""
+    pool, url = env_cfg.get("pool"), env_cfg.get("pool_url")
+    try:
+        registry = ModelRegistry.from_yaml(pool, base_url=url)
+    except RegistryError as e:
+        return [f"env.pool: {e}"]
+    if env_cfg.get("seen_only", True):
+        registry = registry.seen()
+    unset: dict[str, int] = {}
+    for m in registry.models.values():
+        host = urlparse(m.base_url).hostname or ""
+        if m.api_key_env and not os.environ.get(m.api_key_env) and host not in LOOPBACK and not host.startswith("127."):
+            unset[m.api_key_env] = unset.get(m.api_key_env, 0) + 1
+    return [f"the pool's API key: {var} is not set (env.pool={pool}: {n} models at a remote endpoint read it; "
+            f"export {var}=...)" for var, n in unset.items()]
