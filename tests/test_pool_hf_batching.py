@@ -2,7 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -13,6 +19,8 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread
 from router_r1.prompts import submodel_messages
 from tiny import tiny_model, tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "Which river is the longest in Europe?",
              "How many moons does Mars have?", "hi", "When does the train leave? At 10:30 in the morning, or later?"]
@@ -124,3 +132,76 @@ def test_a_batch_whose_clients_all_left_stops_decoding(tiny):
     kept, left = asyncio.run(decode(False)), asyncio.run(decode(True))
     assert kept[0][1] > 10  # this prompt decodes well past the first token when someone waits for it
     assert [n for _, n in left] == [1, 1]  # nobody waiting: stopped after the first step
+
+
+def test_too_long_or_unencodable_prompts_are_a_400_before_the_model(tiny, caplog):
+    """One 3 MB request once held the device 13 minutes at 6.2 GB; a lone surrogate was a 500 TypeError."""
+    caplog.set_level(logging.INFO)
+    hf = HFBackend({"tiny": tiny}, max_prompt_tokens=400)  # the sub-model prompt of "hi" is ~250
+    base = {"model": "tiny", "messages": submodel_messages("hi"), "temperature": 0.0, "max_tokens": 8}
+    bodies = [{**base, "messages": [{"role": "user", "content": "capital " * 2000}]},
+              {**base, "max_tokens": 1024},  # tiny's context holds 1024 positions, the prompt needs some too
+              {**base, "messages": [{"role": "user", "content": "who \ud800 wrote"}]},
+              base]
+    with ServerThread(hf) as srv:
+        (s1, b1, _), (s2, b2, _), (s3, b3, _), (s4, _, _) = asyncio.run(_post_all(srv.url, bodies))
+    assert (s1, b1["error"]["param"], b1["error"]["code"]) == (400, "messages", "context_length_exceeded")
+    assert "--max-prompt-tokens" in b1["error"]["message"]
+    assert (s2, b2["error"]["param"], b2["error"]["code"]) == (400, "max_tokens", "context_length_exceeded")
+    assert (s3, b3["error"]["param"]) == (400, "messages[0].content") and s4 == 200
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_serving_a_gguf_file_without_the_gguf_package_says_so_in_one_line(tmp_path, monkeypatch):
+    from router_r1.pool.server import main
+
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF")
+    monkeypatch.setitem(sys.modules, "gguf", None)  # as if the [gguf] extra were not installed
+    with pytest.raises(SystemExit) as e:
+        main(["--backend", "hf", "--hf-model", f"m={path}"])
+    message = str(e.value)
+    assert "[gguf]" in message and str(path) in message and "\n" not in message
+
+
+def test_the_cli_answers_429_when_full_and_stops_on_sigterm_mid_decode(tmp_path):
+    """Run as `python -m` (the module is __main__): a full queue was a 500 `Overloaded`; SIGTERM waited for a
+    decode of any length to finish."""
+    tok = tiny_tokenizer()
+    tiny_model(len(tok), seed=3, max_position_embeddings=1 << 20).save_pretrained(tmp_path)  # never says EOS
+    tok.save_pretrained(tmp_path)
+    cmd = [sys.executable, "-m", "router_r1.pool.server", "--backend", "hf", "--hf-model", f"tiny={tmp_path}",
+           "--port", "0", "--threads", "1", "--max-batch-size", "1", "--batch-window-s", "0", "--max-queue", "1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    base = {"model": "tiny", "messages": submodel_messages("hi"), "temperature": 0.0}
+
+    async def go(url):
+        async with aiohttp.ClientSession() as s:
+            async def post(body):
+                try:
+                    async with s.post(f"{url}/chat/completions", json=body,
+                                      timeout=aiohttp.ClientTimeout(total=120)) as r:
+                        return r.status, await r.json(content_type=None)
+                except aiohttp.ClientError as e:  # the server closed it while stopping
+                    return "closed", str(e)
+            long = asyncio.create_task(post({**base, "max_tokens": 500_000}))  # hours of decoding
+            await asyncio.sleep(1.0)
+            queued = asyncio.create_task(post({**base, "max_tokens": 8}))  # waits behind it: the queue is full
+            await asyncio.sleep(0.5)
+            refused = await asyncio.gather(*[post({**base, "max_tokens": 8}) for _ in range(3)])
+            proc.send_signal(signal.SIGTERM)
+            return refused, await long, await queued
+    try:
+        line = proc.stdout.readline().strip()
+        assert line.startswith("pool server listening on "), proc.stderr.read()[-2000:]
+        refused, long, queued = asyncio.run(go(line.split(" on ")[1]))
+        out, err = proc.communicate(timeout=60)  # before: decoding went on for 500,000 tokens
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert [s for s, _ in refused] == [429] * 3, refused
+    assert all(b["error"]["type"] == "rate_limit_error" for _, b in refused)
+    assert long[0] in (429, "closed") and queued[0] in (429, "closed"), (long, queued)
+    assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
