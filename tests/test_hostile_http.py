@@ -304,3 +304,27 @@ def test_throttled_log_says_how_many_lines_it_left_out(caplog):
     note("kind a", "first kind")
     lines = [r.getMessage() for r in caplog.records if r.name == "throttle-test"]
     assert lines == ["first kind", "second kind", lines[2]] and "(49 more like it" in lines[2]
+
+
+def test_the_router_cli_logs_one_line_per_request_and_stops_on_sigterm(trained_router):
+    """Issue 28.8: the router server's log had an `INFO httpx2: HTTP Request: POST ...` line per pool call."""
+    with ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0), token=TOKEN) as pool:
+        cmd = [sys.executable, "-m", "router_r1.serve", "--checkpoint", str(trained_router), "--pool", str(SIM),
+               "--pool-url", pool.url, "--port", "0"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "ROUTER_SIM_API_KEY": TOKEN},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stdout.readline()
+            assert line.startswith("router server listening on "), proc.stderr.read()[-3000:]
+            port = int(line.split("127.0.0.1:")[1].split("/")[0])
+            status, _, body = exchange(port, _post(json.dumps(chat_body("router")).encode(), token=b""))
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert status == 200 and body["choices"][0]["message"]["content"] == ANSWER
+    assert len(body["router_r1"]["calls"]) == 1  # one pool call made ...
+    assert "HTTP Request:" not in err and "Traceback" not in err, err[-3000:]  # ... and not logged by httpx2
+    assert err.count("router-r1 alpha=") == 1 and proc.returncode == 0

@@ -361,3 +361,25 @@ def test_an_announced_body_over_the_size_limit_is_refused_at_once(backend):
     with ServerThread(backend) as srv:
         head = _run(go(srv.port))
     assert head.startswith(b"HTTP/1.1 413"), head
+
+
+def test_a_request_whose_client_gave_up_is_logged(backend, caplog):
+    """Issue 28.8: the pool server logged nothing for a request whose client timed out."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+
+    async def go(url):
+        async with aiohttp.ClientSession() as s:
+            try:
+                await _post(s, url, _body("hi"), timeout=0.5)
+            except asyncio.TimeoutError:
+                return "timeout"
+    with ServerThread(backend, faults=FaultConfig(timeout_rate=1.0, hang_s=60)) as srv:
+        assert _run(go(srv.url)) == "timeout"
+        deadline = time.monotonic() + 10
+        while not [r for r in caplog.records if "no reply sent" in r.getMessage()] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    [line] = [r.getMessage() for r in caplog.records if "no reply sent" in r.getMessage()]
+    assert MODEL in line and "/v1/chat/completions" in line
+    assert not [r for r in caplog.records if r.exc_info]
