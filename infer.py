@@ -13,38 +13,57 @@ prompt_template.txt when it has one (--prompt-template overrides), else the defa
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Optional
 
-from router_r1.eval.evaluate import (USER_ERRORS, EvalError, Policy, Pool, check_checkpoint, fit_context, load_policy,
-                                     open_pool, quiet_transformers, seeded, tokenize_prompt)
+from router_r1.flags import from_args, parser_for
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, build_router_prompt
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score, extract_answer, f1_score
+from router_r1.router_env import RouterEnvConfig
+from router_r1.runtime import (LOAD_ERRORS, Decoding, EnvOverrides, EvalError, Policy, Pool, PoolFlags, check_checkpoint,
+                               episode_config, episode_env, fit_context, load_policy, open_pool, quiet_transformers,
+                               resolve_env, seeded, tokenize_prompt, trained_env)
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "outputs" / "embedded" / "hf"
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 STYLE = {"think": "2", "route": "36", "info": "33", "answer": "1;32", "bad": "31", "head": "1"}
 
 
-def run_question(question: str, policy: Policy, pool: Pool, rcfg, sampling, gold: list[str] | None = None,
-                 budget: int | None = None) -> dict:
+@dataclass
+class InferConfig(PoolFlags, EnvOverrides, Decoding):
+    """infer.py's settings; each field is a flag (router_r1/flags.py)."""
+
+    question: str = field(default="", metadata={"required": True})  # the question to route (the embedded pool answers questions about its made-up world, data_process/sim_qa.py)
+    checkpoint: str = str(DEFAULT_CHECKPOINT)  # HF model dir, or a run's output dir (default: the embedded one, outputs/embedded/hf)
+    sim_latency: float = 1.0  # scale of the simulated latencies (0: the sim answers at once)
+    prompt_template: Optional[str] = None  # template file of the router prompt (default: the checkpoint's prompt_template.txt, else the default template)
+    budget: Optional[int] = field(default=None, metadata={"metavar": "N"})  # turn budget: at most N routing turns, stated in the prompt (replaces --max-turns)
+    budget_mode: str = field(default="forced", metadata={"choices": ("end", "forced")})  # a route past the budget: refuse it and ask for the answer (forced), or end there
+    gold: Optional[list[str]] = None  # gold answer(s): adds EM and F1
+    device: Optional[str] = None  # torch device (default: cuda if available)
+    json: bool = False  # print one JSON object instead of the turns
+
+
+def run_question(question: str, policy: Policy, pool: Pool, rcfg: RouterEnvConfig, sampling,
+                 gold: list[str] | None = None, budget: int | None = None, alpha: float | None = None) -> dict:
     """One episode of the training rollout (validation mode) for `question`, as a plain record.
 
-    With `budget`, the prompt states it (when the template has {budget}) and rcfg should carry it as its budgets.
+    With `budget`, the prompt states it (when the template has {budget}) and rcfg should carry it as its budgets;
+    `alpha` is stated in the prompt of an alpha-conditioned router.
     """
-    from router_r1.reward.score import RewardConfig
-    from router_r1.router_env import RouterEnv
     from verl.trainer.dataset import PromptRow
 
     template = policy.template
     with_budget = budget is not None and (template is None or "{budget}" in template)
     prompt = tokenize_prompt(policy.tokenizer, build_router_prompt(question, pool.registry, template,
-                                                                   turn_budget=budget if with_budget else None))
+                                                                   turn_budget=budget if with_budget else None,
+                                                                   alpha=alpha))
     rcfg = fit_context([prompt], ["--question"], policy, rcfg, log=lambda msg: print(msg, file=sys.stderr))
     gen_s: list[float] = []
 
@@ -54,7 +73,7 @@ def run_question(question: str, policy: Policy, pool: Pool, rcfg, sampling, gold
         gen_s.append(time.perf_counter() - t0)
         return out
 
-    env = RouterEnv(rcfg, policy.tokenizer, pool.registry, pool.client, RewardConfig())
+    env = episode_env(rcfg, policy, pool)
     result = env.rollout([PromptRow(prompt, "q", {})], seeded(timed), sampling, validate=True)
     text, info = result.info["text"][0], {k: v[0] for k, v in result.info.items()}
     turns = []
@@ -121,34 +140,9 @@ def render(record: dict, color: bool) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python infer.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--question", required=True)
-    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="HF model dir (default: the embedded one)")
-    p.add_argument("--pool", default=None, help="pool yaml (default: the simulated pool, served in-process)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--pool-url", default=None, help="endpoint for every model of the yaml")
-    src.add_argument("--sim", action="store_true", help="serve the pool yaml's sim profiles in-process")
-    p.add_argument("--sim-seed", type=int, default=0)
-    p.add_argument("--sim-latency", type=float, default=1.0, help="sim latency scale (0: answer at once)")
-    p.add_argument("--include-unseen", action="store_true", help="the router may call models marked unseen")
-    p.add_argument("--temperature", type=float, default=None, help="sample at this temperature (default greedy)")
-    p.add_argument("--seed", type=int, default=0)
-    trained = " (default: the checkpoint's training run's, from its run_config.yaml)"
-    p.add_argument("--max-turns", type=int, default=None, help="routing turns" + trained)
-    p.add_argument("--max-obs-length", type=int, default=None, help="tokens per <information> block" + trained)
-    p.add_argument("--response-length", type=int, default=None, help="tokens per generated turn" + trained)
-    p.add_argument("--max-response-length", type=int, default=None,
-                   help="tokens of all turns and observations" + trained)
-    p.add_argument("--prompt-template", default=None)
-    p.add_argument("--budget", type=int, default=None, metavar="N",
-                   help="turn budget: at most N routing turns, stated in the prompt (replaces --max-turns)")
-    p.add_argument("--budget-mode", choices=("end", "forced"), default="forced",
-                   help="a route past the budget: refuse it and ask for the answer (default) or end there")
-    p.add_argument("--gold", nargs="+", default=None, help="gold answer(s): adds EM and F1")
-    p.add_argument("--device", default=None)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> InferConfig:
+    p = parser_for(InferConfig, "python infer.py", __doc__.split("\n\n")[0])
+    return from_args(InferConfig, p.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,27 +153,19 @@ def main(argv: list[str] | None = None) -> int:
         check_checkpoint(a.checkpoint)  # before the model imports and the pool start
         if a.budget is not None and a.budget < 0:
             raise EvalError(f"--budget must be >= 0, got {a.budget}")
-        if a.temperature is not None and not a.temperature > 0:
-            raise EvalError(f"--temperature must be > 0, got {a.temperature} (leave it out for greedy)")
+        a.check()
+        env = resolve_env([a.checkpoint], a if a.schedule else replace(a, schedule="sync"), log=lambda msg: None)
+        conditioned = trained_env(a.checkpoint).env.alphas
+        alpha = (a.alpha if a.alpha is not None else conditioned[0]) if conditioned else None
         with open_pool(a.pool, pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed, sim_latency=a.sim_latency,
-                       include_unseen=a.include_unseen) as pool:
+                       include_unseen=a.include_unseen, cache_dir=a.cache_dir, call_timeout_s=env.call_timeout_s,
+                       call_deadline_s=env.call_deadline_s, max_concurrency=env.max_concurrency) as pool:
             quiet_transformers()
             policy = load_policy(a.checkpoint, a.device, a.prompt_template)
-            from router_r1.router_env import paper_env_config, trained_env_config
-            from router_r1.router_env import RouterConfig
-            from verl.workers.rollout.base import SamplingParams
-
-            trained = trained_env_config(a.checkpoint) or paper_env_config()  # a flag overrides
-            shape = {k: getattr(a, k) if getattr(a, k) is not None else getattr(trained, k)
-                     for k in ("max_turns", "max_obs_length", "response_length", "max_response_length")}
-            rcfg = RouterConfig(**shape,
-                                schedule="sync", budgets=() if a.budget is None else (a.budget,),
-                                budget_in_prompt=False, budget_mode=a.budget_mode if a.budget is not None else "end")
-            sampling = SamplingParams(greedy=True, temperature=0.0) if a.temperature is None else \
-                SamplingParams(temperature=a.temperature, seed=a.seed)
-            record = run_question(a.question, policy, pool, rcfg, sampling, a.gold, a.budget)
+            rcfg = episode_config(env, budget=a.budget, budget_mode=a.budget_mode)
+            record = run_question(a.question, policy, pool, rcfg, a.sampling(), a.gold, a.budget, alpha)
             record.update(checkpoint=a.checkpoint, pool=pool.where)
-    except USER_ERRORS as e:
+    except LOAD_ERRORS as e:
         print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     print(json.dumps(record, ensure_ascii=False) if a.json else render(record, color=sys.stdout.isatty()))

@@ -12,22 +12,23 @@ No alpha meets the target: exit code 1, with the cheapest point reached.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
-from router_r1.eval.evaluate import (USER_ERRORS, EvalError, EvalRow, Policy, Pool, fit_context, load_policy,
-                                     load_rows, find_data_files, open_pool, quiet_transformers, records_of,
-                                     router_episodes, score, tokenize_prompt)
+from router_r1.eval.evaluate import (USER_ERRORS, EvalRow, load_rows, find_data_files, records_of, router_episodes,
+                                     score)
 from router_r1.eval.report import bootstrap_ci
+from router_r1.flags import from_args, parser_for
 from router_r1.prompts import build_router_prompt
-from router_r1.router_env import RouterConfig
+from router_r1.router_env import RouterEnvConfig
 from router_r1.routing_collapse import shares_entropy, call_counts
-from router_r1.serve import resolve_checkpoint
-from router_r1.serve_engine import ServeError, load_run_settings
+from router_r1.runtime import (EnvOverrides, EvalError, Policy, Pool, PoolFlags, episode_config, fit_context,
+                               load_policy, open_pool, quiet_transformers, resolve_checkpoint, tokenize_prompt)
+from router_r1.serve_engine import load_run_settings
 from verl.workers.rollout.base import SamplingParams
 
 DEFAULT_ALPHAS = tuple(round(0.1 * i, 1) for i in range(11))
@@ -38,12 +39,11 @@ def dearest(pool: Pool) -> str:
     return max(pool.registry.models.values(), key=lambda s: s.price_out_per_m).name
 
 
-def router_records(policy: Policy, pool: Pool, rows: list[EvalRow], rcfg: RouterConfig, alpha: float | None,
-                   label: str, batch_size: int = 64, sampling: SamplingParams | None = None,
-                   scoring: dict | None = None) -> list[dict]:
+def router_records(policy: Policy, pool: Pool, rows: list[EvalRow], rcfg: RouterEnvConfig, alpha: float | None,
+                   label: str, batch_size: int = 64, sampling: SamplingParams | None = None) -> list[dict]:
     """Scored trajectory records of the router on `rows`: with `alpha`, prompts rebuilt from the questions with
     that cost weight stated; with None, the rows' own prompts. The reward column uses `alpha` (0 for None) and
-    `scoring` (format_rules, reward_metric: the training run's, RunSettings.scoring; default the reference's)."""
+    rcfg's format_rules and reward_metric (the training run's)."""
     if alpha is None:
         messages = [r.messages for r in rows]
     else:
@@ -55,7 +55,7 @@ def router_records(policy: Policy, pool: Pool, rows: list[EvalRow], rcfg: Router
     rcfg = fit_context(prompts, [r.where for r in rows], policy, rcfg)
     sampling = sampling or SamplingParams(greedy=True, temperature=0.0)
     records = records_of(label, rows, router_episodes(prompts, policy, pool, rcfg, sampling, batch_size))
-    score(records, pool.registry, alpha or 0.0, **(scoring or {}))
+    score(records, pool.registry, alpha or 0.0, rcfg.format_rules, rcfg.reward_metric)
     return records
 
 
@@ -87,30 +87,31 @@ def choose(points: list[Point], target: float, metric: str) -> Point | None:
     return max(ok, key=lambda p: (p.em, -p.alpha)) if ok else None
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m router_r1.calibrate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True, help="an alpha-conditioned run's output dir or HF export")
-    p.add_argument("--data", nargs="+", required=True, help="validation parquet file(s)")
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--target-cost-per-1k", type=float, help="USD per 1,000 questions")
-    target.add_argument("--target-dear-share", type=float, help="share of calls to the dearest model, in [0, 1]")
-    p.add_argument("--alphas", type=float, nargs="+", default=list(DEFAULT_ALPHAS),
-                   help="candidates (default 0..1 by 0.1)")
-    p.add_argument("--pool", default=None, help="pool yaml (default: the run's, else the simulated pool)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--pool-url", default=None)
-    src.add_argument("--sim", action="store_true", help="serve the pool yaml's sim profiles in-process")
-    p.add_argument("--sim-seed", type=int, default=0)
-    p.add_argument("--limit", type=int, default=None, help="first N rows of each file")
-    p.add_argument("--batch-size", type=int, default=64)
-    for k in ("max-turns", "max-obs-length", "response-length", "max-response-length"):
-        p.add_argument(f"--{k}", type=int, default=None, help="override the run's saved setting")
-    p.add_argument("--device", default=None)
-    p.add_argument("--out", default="outputs/calibration")
-    return p.parse_args(argv)
+@dataclass
+class CalibrateConfig(PoolFlags, EnvOverrides):
+    """Calibration's settings; each field is a flag of `python -m router_r1.calibrate` (router_r1/flags.py)."""
+
+    checkpoint: str = field(default="", metadata={"required": True})  # an alpha-conditioned run's output dir or HF export
+    data: list[str] = field(default_factory=list, metadata={"required": True})  # validation parquet file(s)
+    target_cost_per_1k: Optional[float] = None  # the target: USD per 1,000 questions (give this or --target-dear-share)
+    target_dear_share: Optional[float] = None  # the target: share of calls to the dearest model, in [0, 1]
+    alphas: list[float] = field(default_factory=lambda: list(DEFAULT_ALPHAS))  # candidate alphas (default: 0..1 by 0.1)
+    pool: Optional[str] = None  # pool yaml (default: the run's, else the simulated pool)
+    limit: Optional[int] = None  # first N rows of each file
+    batch_size: int = 64  # rows per generate call
+    device: Optional[str] = None  # torch device (default: cuda if available)
+    out: str = "outputs/calibration"  # output dir of calibration.json
 
 
-def calibrate(a: argparse.Namespace, log=print) -> dict:
+def parse_args(argv: list[str] | None = None) -> CalibrateConfig:
+    p = parser_for(CalibrateConfig, "python -m router_r1.calibrate", __doc__.split("\n\n")[0])
+    a = from_args(CalibrateConfig, p.parse_args(argv))
+    if (a.target_cost_per_1k is None) == (a.target_dear_share is None):
+        p.error("give one of --target-cost-per-1k and --target-dear-share")
+    return a
+
+
+def calibrate(a: CalibrateConfig, log=print) -> dict:
     """Evaluate every candidate alpha, choose one, write calibration.json; returns what it wrote."""
     if a.target_dear_share is not None and not 0 <= a.target_dear_share <= 1:
         raise EvalError(f"--target-dear-share must be in [0, 1], got {a.target_dear_share}")
@@ -119,28 +120,31 @@ def calibrate(a: argparse.Namespace, log=print) -> dict:
     if any(not 0 <= x <= 1 for x in a.alphas):
         raise EvalError(f"--alphas must lie in [0, 1], got {a.alphas}")
     ckpt = resolve_checkpoint(a.checkpoint)
-    settings = load_run_settings(ckpt, {"max_turns": a.max_turns, "max_obs_length": a.max_obs_length,
-                                        "response_length": a.response_length,
-                                        "max_response_length": a.max_response_length})
+    settings = load_run_settings(ckpt, a)
     if not settings.alphas:
         log(f"warning: {ckpt} has no saved alpha-conditioned config ({settings.source}); calibrating as if it were")
     rows = load_rows(find_data_files(a.data), a.limit)
     metric, target = (("cost_per_1k_usd", a.target_cost_per_1k) if a.target_cost_per_1k is not None
                       else ("dear_share", a.target_dear_share))
-    with open_pool(a.pool or settings.pool, pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed) as pool:
+    env = settings.env
+    with open_pool(a.pool or settings.pool, pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed,
+                   sim_latency=a.sim_latency, include_unseen=a.include_unseen, cache_dir=a.cache_dir,
+                   call_timeout_s=env.call_timeout_s, call_deadline_s=env.call_deadline_s,
+                   max_concurrency=env.max_concurrency) as pool:
         quiet_transformers()
         policy = load_policy(ckpt, a.device, max_batch_size=a.batch_size)
-        rcfg = RouterConfig(**settings.turns, schedule="sync")
+        rcfg = episode_config(env, schedule="sync")
         points = []
         for alpha in sorted(set(a.alphas)):
             points.append(point(alpha, router_records(policy, pool, rows, rcfg, alpha, f"alpha={alpha:g}",
-                                                      a.batch_size, scoring=settings.scoring), pool))
+                                                      a.batch_size), pool))
             p = points[-1]
             log(f"alpha {alpha:<4g} EM {p.em:.3f}  cost/1k ${p.cost_per_1k_usd:.4f}  {dearest(pool)} share "
                 f"{p.dear_share:.2f}  calls/q {p.calls_per_question:.2f}  entropy {p.entropy_bits:.2f} bits")
         best = choose(points, target, metric)
         out = {"checkpoint": str(ckpt), "data": a.data, "n": len(rows), "target": {metric: target},
-               "dearest_model": dearest(pool), "settings": {**settings.turns, **settings.scoring},
+               "dearest_model": dearest(pool),
+               "settings": EnvOverrides.values_in(env),
                "settings_from": settings.source,
                "chosen_alpha": None if best is None else best.alpha,
                "points": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in p.__dict__.items()}
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     try:
         out = calibrate(a)
-    except (*USER_ERRORS, ServeError) as e:
+    except USER_ERRORS as e:
         print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     return 0 if out["chosen_alpha"] is not None else 1

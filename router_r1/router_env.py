@@ -51,45 +51,11 @@ from router_r1.episodes.episode import Episode, TurnRules
 from router_r1.episodes.logprob_track import LogprobTrack
 from router_r1.routing_collapse import collapse_metrics
 from router_r1.stages import stage_metrics, trajectory_stages
-from verl.trainer.config import find_run_config, load_run_config, section_to_dataclass
+from verl.trainer.config import section_to_dataclass
 from verl.trainer.env_interface import GenerateFn, RolloutResult
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
 
 SCHEDULES = ("continuous", "sync", "overlap")
-
-
-@dataclass
-class RouterConfig:
-    max_turns: int = 4  # generations that may route; one more turn must answer
-    max_obs_length: int = 600  # tokens of pool text per <information> block
-    response_length: int = 1024  # tokens per generated turn
-    max_response_length: int = 4096  # all turns and observations together
-    invalid_hint: bool = False  # a corrective hint after an invalid action (else nothing)
-    schedule: str = "continuous"  # continuous | sync | overlap (see the module docstring)
-    overlap_min_ready: float = 0.5  # overlap only: generate once this share of unfinished episodes is ready...
-    overlap_max_wait_s: float = 0.5  # ...or the oldest ready one has waited this long
-    # AdaTurn. budgets: the set T_max is drawn from per prompt (empty: max_turns for all, prompts as given).
-    budgets: tuple[int, ...] = ()
-    budget_seed: int = 0
-    val_budget: int | None = None  # validation budget; None: drawn per prompt, the same at every validation
-    budget_in_prompt: bool = True  # rebuild each prompt with its budget sentence (needs extra_info.question)
-    prompt_template: str | None = None  # template text for that rebuild (None: prompts.DEFAULT_TEMPLATE)
-    budget_mode: str = "end"  # end | forced | mask | penalize (episode.BUDGET_MODES)
-    # Alpha conditioning. alphas: the set a prompt's cost weight is drawn from (empty: the reward's one alpha,
-    # prompts as given); val_alpha: the validation alpha (None: drawn per prompt, the same at every validation).
-    alphas: tuple[float, ...] = ()
-    alpha_seed: int = 0
-    val_alpha: float | None = None
-
-    def __post_init__(self):
-        self.alphas = tuple(float(a) for a in self.alphas)
-        for a in [*self.alphas, *([] if self.val_alpha is None else [self.val_alpha])]:
-            if not 0.0 <= a <= 1.0:
-                raise ValueError(f"env.alphas / env.val_alpha must be in [0, 1], got {a}")
-        self.budgets = tuple(int(b) for b in self.budgets)
-        for b in [*self.budgets, *([] if self.val_budget is None else [self.val_budget])]:
-            if b < 0:
-                raise ValueError(f"env.budgets / env.val_budget must be >= 0, got {b}")
 
 
 class RouterEnv:
@@ -97,16 +63,24 @@ class RouterEnv:
 
     check_row = staticmethod(check_router_row)  # PromptDataset's row_check: every row, at load time
 
-    def __init__(self, cfg: RouterConfig, tokenizer, registry: ModelRegistry, client: PoolClient,
-                 reward: RewardConfig, health: PoolHealth | None = None, truth: SimTruth | None = None):
-        if cfg.schedule not in SCHEDULES:
-            raise ValueError(f"env.schedule must be one of {'|'.join(SCHEDULES)}, got {cfg.schedule!r}")
+    def __init__(self, cfg: "RouterEnvConfig", tokenizer, registry: ModelRegistry, client: PoolClient,
+                 health: PoolHealth | None = None, template: str | None = None, truth: SimTruth | None = None):
+        """`template`: the prompt template's text for prompts rebuilt here (budgets, alphas); None reads
+        cfg.prompt_template (a file), else the default template."""
+        cfg.check()
         self.cfg = cfg
         self.tok = tokenizer
         self.registry = registry
         self.client = client
-        self.reward = reward
-        self.health = health or PoolHealth()  # pool failure rate per batch; stops a run whose pool keeps failing
+        self.reward = cfg.reward_config()
+        self.template = template if template is not None else (
+            load_template(cfg.prompt_template) if cfg.prompt_template else None)
+        # pool failure rate per batch; stops a training run whose pool keeps failing
+        self.health = health or PoolHealth(
+            cfg.max_pool_failure_rate, cfg.pool_failure_patience,
+            hint=f"Pool settings in force: env.call_timeout_s={cfg.call_timeout_s:g}, env.call_deadline_s="
+                 f"{cfg.call_deadline_s:g}, env.max_concurrency={cfg.max_concurrency}, pool {cfg.pool}"
+                 + (f" at {cfg.pool_url}" if cfg.pool_url else "") + "; check the pool server's log.")
         self.truth = truth  # the simulated world, for the expert and two-hop stages (None: world-free stages)
         self.rules = TurnRules(tokenizer, registry, cfg.max_turns, cfg.max_obs_length,
                                cfg.max_response_length, cfg.invalid_hint, cfg.budget_mode)
@@ -158,7 +132,7 @@ class RouterEnv:
         if not isinstance(question, str) or not question.strip():
             why = "env.alphas" if budget is None else "env.budget_in_prompt"
             raise ValueError(f"row {i} (uid {row.uid}): {why} needs extra_info.question")
-        messages = build_router_prompt(question, self.registry, self.cfg.prompt_template, turn_budget=budget,
+        messages = build_router_prompt(question, self.registry, self.template, turn_budget=budget,
                                        alpha=alpha)
         text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return self.tok(text, add_special_tokens=False)["input_ids"]
@@ -378,9 +352,9 @@ def _golds(fields: dict, i: int) -> list[str]:
 
 @dataclass
 class RouterEnvConfig:
-    """`env` of a routing run: the pool, the episode's shape, the reward. The one home of these keys (a
-    default written as RouterConfig.x / RewardConfig.x is that class's, for code that builds them directly);
-    evaluation and inference read a trained run's values from its run_config.yaml."""
+    """`env` of a routing run: the pool, the episode's shape, the reward. The one home of these keys and their
+    defaults; evaluation, inference, serving and calibration read a trained run's values from its
+    run_config.yaml (router_r1/runtime.py), a flag overriding one."""
 
     factory: str = "router_r1.router_env:make_env"  # "module:function" the engine calls with (env section, tokenizer)
     pool: str = "configs/pool/paper.yaml"  # the pool registry yaml (models, prices, endpoints)
@@ -389,12 +363,14 @@ class RouterEnvConfig:
     alpha: float = RewardConfig.alpha  # cost_coe: reward = (1 - alpha) + alpha * R_cost for a right answer; 0 = accuracy only (the paper's cost runs: up to 0.9)
     format_rules: str = RewardConfig.format_rules  # reference (the published code's check) | strict (router_r1/reward/format.py says what each checks)
     reward_metric: str = RewardConfig.reward_metric  # em | f1: the answer metric of the gate and the score
-    max_turns: int = RouterConfig.max_turns  # generations that may route; one more turn must answer
-    max_obs_length: int = RouterConfig.max_obs_length  # tokens of pool text per <information> block (cut inside the block)
+    max_turns: int = 4  # generations that may route; one more turn must answer
+    max_obs_length: int = 600  # tokens of pool text per <information> block (cut inside the block)
     response_length: int = II("rollout.response_length")  # tokens per generated turn
     max_response_length: int = II("rollout.max_response_length")  # all turns and <information> blocks together
-    schedule: str = RouterConfig.schedule  # continuous (one coroutine per episode; the engine batches) | sync (each turn waits for the batch's slowest call, the reference's) | overlap (the older batch queue); see this module's docstring
-    invalid_hint: bool = RouterConfig.invalid_hint  # append a corrective hint after an invalid action (else nothing)
+    schedule: str = "continuous"  # continuous (one coroutine per episode; the engine batches) | sync (each turn waits for the batch's slowest call, the reference's) | overlap (the older batch queue); see this module's docstring
+    overlap_min_ready: float = 0.5  # overlap schedule: generate once this share of unfinished episodes is ready...
+    overlap_max_wait_s: float = 0.5  # ...or the oldest ready one has waited this long
+    invalid_hint: bool = False  # append a corrective hint after an invalid action (else nothing)
     cache_dir: Optional[str] = None  # pool reply cache: re-runs are free and repeatable
     max_concurrency: int = 32  # pool calls in flight per endpoint
     call_timeout_s: float = 30.0  # seconds per pool call attempt
@@ -407,71 +383,59 @@ class RouterEnvConfig:
     pool_failure_patience: int = PoolHealth.patience  # unhealthy training batches in a row before training stops with PoolFailureError (validation only reports)
     # AdaTurn (budget-aware turns); off while budgets is empty
     budgets: list[int] = field(default_factory=list)  # T_max is drawn per prompt from this set, stated in the prompt, and is the episode's routing limit (max_turns is then unused); a pure function of (budget_seed, uid, trainer.seed + step): a resumed run and a GRPO group draw the same
-    budget_seed: int = RouterConfig.budget_seed  # seed of that draw
-    val_budget: Optional[int] = RouterConfig.val_budget  # validation: a fixed budget, or null for a fixed per-prompt draw from budgets
-    budget_in_prompt: bool = RouterConfig.budget_in_prompt  # rebuild each prompt with its budget sentence (needs extra_info.question)
+    budget_seed: int = 0  # seed of that draw
+    val_budget: Optional[int] = None  # validation: a fixed budget, or null for a fixed per-prompt draw from budgets
+    budget_in_prompt: bool = True  # rebuild each prompt with its budget sentence (needs extra_info.question)
     prompt_template: Optional[str] = None  # template file of that rebuild (null: the default template); must contain {budget}
-    budget_mode: str = RouterConfig.budget_mode  # a route asked for with the budget spent: end (the episode stops) | forced (refuse it, drop its turn, append the budget-exhausted message, generate the answer) | mask (as end, response_mask zeroed) | penalize (as end, score = the format penalty)
+    budget_mode: str = "end"  # a route asked for with the budget spent: end (the episode stops) | forced (refuse it, drop its turn, append the budget-exhausted message, generate the answer) | mask (as end, response_mask zeroed) | penalize (as end, score = the format penalty)
     # Alpha conditioning (router_r1/serve, calibrate); off while alphas is empty
     alphas: list[float] = field(default_factory=list)  # the set each prompt's cost weight is drawn from, stated in its prompt (prompts.alpha_text); its reward uses that alpha; empty: the one `alpha`, prompts as given
-    alpha_seed: int = RouterConfig.alpha_seed  # seed of that draw
-    val_alpha: Optional[float] = RouterConfig.val_alpha  # validation alpha; null: drawn per prompt, the same at every validation
+    alpha_seed: int = 0  # seed of that draw
+    val_alpha: Optional[float] = None  # validation alpha; null: drawn per prompt, the same at every validation
 
-    def router_config(self) -> RouterConfig:
-        """The rollout manager's settings."""
-        return RouterConfig(
-            max_turns=self.max_turns, max_obs_length=self.max_obs_length, response_length=self.response_length,
-            max_response_length=self.max_response_length, invalid_hint=self.invalid_hint, schedule=self.schedule,
-            budgets=tuple(self.budgets), budget_seed=self.budget_seed, val_budget=self.val_budget,
-            budget_in_prompt=self.budget_in_prompt,
-            prompt_template=load_template(self.prompt_template) if self.prompt_template else None,
-            budget_mode=self.budget_mode, alphas=tuple(self.alphas), alpha_seed=self.alpha_seed,
-            val_alpha=self.val_alpha)
+    def check(self) -> None:
+        """ValueError naming the first key out of range (RouterEnv checks its config on construction)."""
+        for key in ("response_length", "max_response_length"):
+            if not isinstance(getattr(self, key), int):  # built in Python, outside a run config
+                raise ValueError(f"env.{key} is not set (a run config ties it to rollout.{key})")
+        for key, least in (("max_turns", 0), ("max_obs_length", 1), ("response_length", 1), ("max_response_length", 1)):
+            v = getattr(self, key)
+            if isinstance(v, bool) or v < least:
+                raise ValueError(f"env.{key} must be an integer >= {least}, got {v!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"env.schedule must be one of {'|'.join(SCHEDULES)}, got {self.schedule!r}")
+        for a in [*self.alphas, *([] if self.val_alpha is None else [self.val_alpha])]:
+            if not 0.0 <= a <= 1.0:
+                raise ValueError(f"env.alphas / env.val_alpha must be in [0, 1], got {a}")
+        for b in [*self.budgets, *([] if self.val_budget is None else [self.val_budget])]:
+            if b < 0:
+                raise ValueError(f"env.budgets / env.val_budget must be >= 0, got {b}")
 
     def reward_config(self) -> RewardConfig:
+        """The reward's settings (RewardConfig checks alpha's range)."""
         return RewardConfig(alpha=self.alpha, format_rules=self.format_rules, reward_metric=self.reward_metric)
 
 
-def make_env(env_cfg, tokenizer) -> RouterEnv:
-    """Build RouterEnv from the `env` section (a RouterEnvConfig, or a mapping of its keys)."""
+def make_env(env_cfg, tokenizer, *, registry: ModelRegistry | None = None, client: PoolClient | None = None,
+             template: str | None = None) -> RouterEnv:
+    """Build RouterEnv from the `env` section (a RouterEnvConfig, or a mapping of its keys): the one place an
+    environment is built. Training passes the section only (the pool comes from its keys); evaluation,
+    inference and serving pass the pool they opened and the checkpoint's template (router_r1/runtime.py)."""
     cfg = section_to_dataclass(RouterEnvConfig, env_cfg, "env")
     # The HTTP stack logs every request at INFO; a rollout makes thousands.
     for name in ("httpx", "httpx2", "openai"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    registry = ModelRegistry.from_yaml(cfg.pool, base_url=cfg.pool_url)
-    if cfg.seen_only:
-        registry = registry.seen()
-    client = PoolClient(registry, max_concurrency_per_endpoint=cfg.max_concurrency, timeout_s=cfg.call_timeout_s,
-                        max_retries=cfg.max_retries, deadline_s=cfg.call_deadline_s, cache_dir=cfg.cache_dir,
-                        limits=ReplyLimits(cfg.max_reply_chars, cfg.max_reply_bytes))
-    health = PoolHealth(cfg.max_pool_failure_rate, cfg.pool_failure_patience,
-                        hint=f"Pool settings in force: env.call_timeout_s={cfg.call_timeout_s:g}, env.call_deadline_s="
-                             f"{cfg.call_deadline_s:g}, env.max_concurrency={cfg.max_concurrency}, pool {cfg.pool}"
-                             + (f" at {cfg.pool_url}" if cfg.pool_url else "") + "; check the pool server's log.")
-    return RouterEnv(cfg.router_config(), tokenizer, registry, client, cfg.reward_config(), health=health,
+    if registry is None:
+        registry = ModelRegistry.from_yaml(cfg.pool, base_url=cfg.pool_url)
+        if cfg.seen_only:
+            registry = registry.seen()
+    if client is None:
+        client = PoolClient(registry, max_concurrency_per_endpoint=cfg.max_concurrency, timeout_s=cfg.call_timeout_s,
+                            max_retries=cfg.max_retries, deadline_s=cfg.call_deadline_s, cache_dir=cfg.cache_dir,
+                            limits=ReplyLimits(cfg.max_reply_chars, cfg.max_reply_bytes))
+    return RouterEnv(cfg, tokenizer, registry, client, template=template,
                      truth=SimTruth.from_registry(registry, seed=cfg.sim_seed))
 
 
 make_env.config_class = RouterEnvConfig
 make_env.preflight = pool_problems  # the engine's preflight: the pool yaml and its key, before any model loads
-
-# The keys that give an episode its shape and its score: evaluation and inference take them from the run
-# a checkpoint was trained with (its run_config.yaml); a flag overrides.
-SHAPE_KEYS = ("max_turns", "max_obs_length", "response_length", "max_response_length", "schedule", "alpha",
-              "format_rules", "reward_metric")
-
-
-def trained_env_config(checkpoint) -> RouterEnvConfig | None:
-    """The env section a checkpoint was trained with (run_config.yaml in its directory), or None when it
-    has none or was trained in another environment."""
-    run = load_run_config(checkpoint)
-    if run is None or run.get("env") is None or run.env.get("factory") != RouterEnvConfig.factory:
-        return None
-    return section_to_dataclass(RouterEnvConfig, run.env, f"{find_run_config(checkpoint)}: env")
-
-
-def paper_env_config() -> RouterEnvConfig:
-    """The env section of the paper's run (configs/router_r1.yaml): the shape of a checkpoint without a run config."""
-    from verl.trainer.main_ppo import load_config
-
-    return section_to_dataclass(RouterEnvConfig, load_config("router_r1").env, "env")

@@ -18,7 +18,6 @@ come from the pool yaml's api_key_env and never reach a response or a log line.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -28,23 +27,23 @@ import sys
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
 
 from aiohttp import web
 
-from router_r1.eval.evaluate import (USER_ERRORS, Pool, Policy, check_checkpoint, fit_context, load_policy, open_pool,
-                                     quiet_transformers, tokenize_prompt)
 from router_r1.pool import chat_fields
 from router_r1.pool.errors import BadRequest
 from router_r1.pool.openai_http import (MODEL_KEY, ServerSettings, application, bad_request_response,
                                         error_response, models_handler, read_json, serve_until_signal, start_site)
 from router_r1.pool.server import ServerThread
+from router_r1.flags import from_args, parser_for
 from router_r1.prompts import build_router_prompt
-from router_r1.reward.score import RewardConfig
-from router_r1.router_env import RouterConfig, RouterEnv
-from router_r1.serve_engine import Answered, RunSettings, ServeError, load_run_settings, play_episode, request_sampling
+from router_r1.router_env import RouterEnvConfig
+from router_r1.runtime import (LOAD_ERRORS, ROLLOUTS, EnvOverrides, EvalError, Pool, Policy, PoolFlags, episode_config, episode_env,
+                               fit_context, load_policy, open_pool, quiet_transformers, resolve_checkpoint,
+                               tokenize_prompt)
+from router_r1.serve_engine import Answered, RunSettings, load_run_settings, play_episode, request_sampling
 from verl.workers.rollout.base import as_async
 
 log = logging.getLogger("router_r1.serve")
@@ -68,10 +67,10 @@ class ChatCall:
 class RouterService:
     """One loaded router, its pool and environment, shared by every request."""
 
-    def __init__(self, policy: Policy, pool: Pool, rcfg: RouterConfig, settings: RunSettings,
+    def __init__(self, policy: Policy, pool: Pool, rcfg: RouterEnvConfig, settings: RunSettings,
                  name: str = MODEL_NAME, max_batch: int = 64):
         self.policy, self.pool, self.settings, self.name = policy, pool, settings, name
-        self.env = RouterEnv(rcfg, policy.tokenizer, pool.registry, pool.client, RewardConfig())
+        self.env = episode_env(rcfg, policy, pool)
         self.engine = as_async(policy.generate, max_batch)  # one engine: concurrent requests' turns share batches
 
     @property
@@ -283,69 +282,65 @@ class RouterServerThread(ServerThread):
 
 # ---------------------------------------------------------------------------------- CLI
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A run's output dir (its hf/ export) or an HF model dir."""
-    path = Path(path)
-    if not (path / "config.json").is_file() and (path / "hf" / "config.json").is_file():
-        path = path / "hf"
-    return check_checkpoint(path)
-
-
 def build_service(policy: Policy, pool: Pool, settings: RunSettings, name: str = MODEL_NAME,
                   max_batch: int = 64) -> RouterService:
-    """The service over a loaded policy and an open pool; the turn settings are the run's."""
-    rcfg = RouterConfig(**settings.turns, schedule="sync")
+    """The service over a loaded policy and an open pool; the episode's settings are the run's."""
+    rcfg = episode_config(settings.env)
     if settings.alphas and policy.template is not None and not any(
             p in policy.template for p in ("{alpha}", "{budget}")):
-        raise ServeError("the run is alpha-conditioned but its prompt template has neither {alpha} nor {budget}")
+        raise EvalError("the run is alpha-conditioned but its prompt template has neither {alpha} nor {budget}")
     probe = tokenize_prompt(policy.tokenizer, build_router_prompt("?", pool.registry, policy.template,
                                                                   alpha=settings.alpha if settings.alphas else None))
     rcfg = fit_context([probe], ["the prompt template"], policy, rcfg, log=log.warning)
     return RouterService(policy, pool, rcfg, settings, name, max_batch)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m router_r1.serve", description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True, help="a run's output dir (its hf/ export) or an HF model dir")
-    p.add_argument("--pool", default=None, help="pool yaml (default: the run's, else the simulated pool)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--pool-url", default=None, help="endpoint for every model of the yaml")
-    src.add_argument("--sim", action="store_true", help="serve the pool yaml's sim profiles in-process")
-    p.add_argument("--sim-seed", type=int, default=0)
-    p.add_argument("--sim-latency", type=float, default=1.0, help="sim latency scale (0: answer at once)")
-    p.add_argument("--include-unseen", action="store_true", help="the router may call models marked unseen")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--token-env", metavar="VAR", help="require 'Authorization: Bearer $VAR' on every request")
-    p.add_argument("--model-name", default=MODEL_NAME)
-    for k in ("max-turns", "max-obs-length", "response-length", "max-response-length"):
-        p.add_argument(f"--{k}", type=int, default=None, help="override the run's saved setting")
-    p.add_argument("--alpha", type=float, default=None, help="default alpha (conditioned runs; default: the run's)")
-    p.add_argument("--alphas", type=float, nargs="+", default=None,
-                   help="declare the run alpha-conditioned on these (when its saved config does not say)")
-    p.add_argument("--prompt-template", default=None, help="default: the checkpoint's prompt_template.txt")
-    p.add_argument("--device", default=None)
-    p.add_argument("--rollout", default="auto", help="auto | hf | hf_static")
-    p.add_argument("--max-batch", type=int, default=64, help="most requests in one generate call")
+@dataclass
+class ServeConfig(PoolFlags, EnvOverrides):
+    """The router server's settings; each field is a flag of `python -m router_r1.serve` (router_r1/flags.py)."""
+
+    checkpoint: str = field(default="", metadata={"required": True})  # a run's output dir (its hf/ export) or an HF model dir
+    pool: Optional[str] = None  # pool yaml (default: the run's, else the simulated pool)
+    sim_latency: float = 1.0  # scale of the simulated latencies (0: the sim answers at once)
+    host: str = "127.0.0.1"  # address to bind (another than loopback exposes the router: set --token-env)
+    port: int = 8080  # port to listen on
+    token_env: Optional[str] = field(default=None, metadata={"metavar": "VAR"})  # require 'Authorization: Bearer $VAR' on every request
+    model_name: str = MODEL_NAME  # the model id clients ask for (an alpha-conditioned run adds NAME@ALPHA ids)
+    alphas: Optional[list[float]] = None  # declare the run alpha-conditioned on these (when its saved config does not say)
+    prompt_template: Optional[str] = None  # template file of the router prompt (default: the checkpoint's prompt_template.txt)
+    device: Optional[str] = None  # torch device (default: cuda if available)
+    rollout: str = field(default="auto", metadata={"choices": ROLLOUTS})  # decoding backend: auto = hf_static on CUDA where the model type allows, else hf
+    max_batch: int = 64  # most requests in one generate call
+    server: Optional[ServerSettings] = field(default=None, metadata={"no_flag": True})  # time, byte and connection limits per client (ServerSettings' own flags)
+
+
+def parse_args(argv: list[str] | None = None) -> ServeConfig:
+    p = parser_for(ServeConfig, "python -m router_r1.serve", __doc__.split("\n\n")[0])
     ServerSettings.add_args(p)
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    try:
+        return from_args(ServeConfig, a, server=ServerSettings.from_args(a))
+    except ValueError as e:
+        p.error(str(e))
 
 
 @contextmanager
-def serving(a: argparse.Namespace) -> Iterator[RouterService]:
+def serving(a: ServeConfig) -> Iterator[RouterService]:
     """The service the CLI serves: checkpoint, the run's settings (flags override), pool and policy."""
     ckpt = resolve_checkpoint(a.checkpoint)
-    settings = load_run_settings(ckpt, {"max_turns": a.max_turns, "max_obs_length": a.max_obs_length,
-                                        "response_length": a.response_length,
-                                        "max_response_length": a.max_response_length, "alpha": a.alpha,
-                                        "alphas": a.alphas})
+    settings = load_run_settings(ckpt, a, a.alphas)
+    env = settings.env
     with open_pool(a.pool or settings.pool, pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed,
-                   sim_latency=a.sim_latency, include_unseen=a.include_unseen) as pool:
+                   sim_latency=a.sim_latency, include_unseen=a.include_unseen, cache_dir=a.cache_dir,
+                   call_timeout_s=env.call_timeout_s, call_deadline_s=env.call_deadline_s,
+                   max_concurrency=env.max_concurrency) as pool:
         quiet_transformers()
         policy = load_policy(ckpt, a.device, a.prompt_template, a.rollout, a.max_batch)
         service = build_service(policy, pool, settings, a.model_name, a.max_batch)
-        log.info("serving %s as %s; settings from %s: %s, alphas %s; pool %s", ckpt, service.model_ids(),
-                 settings.source, settings.turns, list(settings.alphas) or f"fixed {settings.alpha:g}", pool.where)
+        log.info("serving %s as %s; settings from %s: max_turns=%d max_obs_length=%d response_length=%d "
+                 "max_response_length=%d, alphas %s; pool %s", ckpt, service.model_ids(), settings.source,
+                 env.max_turns, env.max_obs_length, env.response_length, env.max_response_length,
+                 list(settings.alphas) or f"fixed {settings.alpha:g}", pool.where)
         yield service
 
 
@@ -360,15 +355,11 @@ def main(argv: list[str] | None = None) -> int:
         if not token:
             print(f"error: --token-env {a.token_env}: that environment variable is not set or empty", file=sys.stderr)
             return 2
-    try:
-        settings = ServerSettings.from_args(a)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    settings = a.server
     try:
         with serving(a) as service:
             asyncio.run(_serve_forever(service, a.host, a.port, token, settings))
-    except (*USER_ERRORS, ServeError) as e:
+    except LOAD_ERRORS as e:
         print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     return 0

@@ -11,62 +11,49 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Optional
 
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import extract_answer
 from router_r1.episodes.episode import Episode
+from router_r1.router_env import RouterEnvConfig
+from router_r1.runtime import EnvOverrides, EvalError, resolve_env, trained_env
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams
 
 log = logging.getLogger(__name__)
 
-TURN_KEYS = ("max_turns", "max_obs_length", "response_length", "max_response_length")
-
-
-class ServeError(ValueError):
-    """A setting the server cannot start with; the message names the file, flag or key."""
-
-
 @dataclass
 class RunSettings:
-    """What the server needs from the run it serves: its saved run_config.yaml (env section), flags over it."""
+    """What the server serves: the env of the run a checkpoint was trained with (flags over it) and the alpha
+    a request that names none gets."""
 
-    turns: dict  # TURN_KEYS -> int
-    alphas: tuple[float, ...] = ()  # the alpha-conditioned set it was trained on (empty: one fixed alpha)
-    alpha: float = 0.0  # the fixed alpha (an unconditioned run) or the default one (a conditioned run)
-    pool: str | None = None  # the pool yaml it was trained with
+    env: RouterEnvConfig  # the run's env section (runtime.resolve_env); env.alphas: the alpha-conditioned set (empty: one fixed alpha)
+    alpha: float  # the fixed alpha (an unconditioned run) or the default one (a conditioned run)
     source: str = "defaults"  # where the settings came from, for the start-up line
-    scoring: dict = field(default_factory=dict)  # format_rules, reward_metric: how its training scored episodes
+    pool: Optional[str] = None  # the pool yaml the run was trained with (None: no run config says)
+
+    @property
+    def alphas(self) -> tuple[float, ...]:
+        return tuple(self.env.alphas)
 
 
-def load_run_settings(checkpoint: Path, overrides: dict | None = None) -> RunSettings:
-    """Turn settings and alphas of the run a checkpoint was trained with (router_r1.router_env.trained_env_config);
-    a checkpoint without a run config gets the paper run's shape. `overrides` (flags, not None) win."""
-    from router_r1.router_env import paper_env_config, trained_env_config
-    from verl.trainer.config import find_run_config
-
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+def load_run_settings(checkpoint: Path, overrides: EnvOverrides | None = None,
+                      alphas: list[float] | None = None) -> RunSettings:
+    """The settings of the run a checkpoint was trained with (runtime.trained_env; the paper run's without a run
+    config), `overrides` over them; `alphas` declares the run alpha-conditioned when its config does not say."""
+    overrides = overrides or EnvOverrides()
+    trained = trained_env(checkpoint)
+    env = resolve_env([checkpoint], overrides, log=lambda msg: None)
+    if alphas is not None:
+        env = replace(env, alphas=[float(a) for a in alphas])
+    alpha = overrides.alpha if overrides.alpha is not None else (env.alphas[0] if env.alphas else env.alpha)
     try:
-        env = trained_env_config(checkpoint)
-    except ValueError as e:  # a run config with an unknown or mistyped key: named by section_to_dataclass
-        raise ServeError(str(e)) from e
-    path = find_run_config(checkpoint) if env is not None else None
-    if env is None:
-        env = paper_env_config()
-    turns = {}
-    for k in TURN_KEYS:
-        v = overrides.get(k, getattr(env, k))
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "max_turns" else 1):
-            raise ServeError(f"{path or 'flags'}: '{k}' must be a positive integer, got {v!r}")
-        turns[k] = v
-    alphas = tuple(float(a) for a in (overrides.get("alphas", env.alphas) or ()))
-    alpha = float(overrides.get("alpha", alphas[0] if alphas else env.alpha))
-    for a in (*alphas, alpha):
-        if not 0.0 <= a <= 1.0:
-            raise ServeError(f"{path or 'flags'}: alpha values must be in [0, 1], got {a}")
-    where = str(path) if path else "the paper run's shape (no run_config.yaml)"
-    scoring = {"format_rules": env.format_rules, "reward_metric": env.reward_metric}
-    return RunSettings(turns, alphas, alpha, env.pool if path else None, where + (" + flags" if overrides else ""),
-                       scoring)
+        replace(env, alpha=float(alpha)).check()
+        env.reward_config()
+    except ValueError as e:
+        raise EvalError(f"{trained.source if not overrides.overrides() else 'flags'}: {e}") from None
+    set_by = " + flags" if overrides.overrides() or alphas is not None else ""
+    return RunSettings(env, float(alpha), trained.source + set_by, env.pool if trained.saved else None)
 
 
 # ---------------------------------------------------------------------------------- episode

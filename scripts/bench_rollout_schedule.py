@@ -48,8 +48,7 @@ from router_r1.pool.registry import ModelRegistry  # noqa: E402
 from router_r1.pool.server import ServerThread, SimBackend  # noqa: E402
 from router_r1.pool.sim_world import SimWorld  # noqa: E402
 from router_r1.prompts import build_router_prompt, load_template  # noqa: E402
-from router_r1.reward.score import RewardConfig  # noqa: E402
-from router_r1.router_env import RouterConfig, RouterEnv  # noqa: E402
+from router_r1.router_env import RouterEnvConfig, make_env  # noqa: E402
 from verl.trainer.dataset import PromptRow  # noqa: E402
 from verl.utils.tiny import tiny_tokenizer  # noqa: E402
 from verl.workers.rollout.base import GenOutput, SamplingParams, as_async  # noqa: E402
@@ -167,10 +166,10 @@ class RealEngine:
 def run_once(mode: str, url: str, tok, rows, script: Script | None, args, real: RealEngine | None = None) -> dict:
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
     schedule = {"per-episode": "continuous"}.get(mode, mode)
-    env = RouterEnv(RouterConfig(max_turns=4, max_obs_length=args.max_obs_length, response_length=args.response_length,
-                                 max_response_length=2048, schedule=schedule, overlap_min_ready=args.min_ready,
-                                 overlap_max_wait_s=args.max_wait),
-                    tok, registry, PoolClient(registry, max_concurrency_per_endpoint=args.concurrency), RewardConfig())
+    env = make_env(RouterEnvConfig(max_turns=4, max_obs_length=args.max_obs_length, response_length=args.response_length,
+                                   max_response_length=2048, schedule=schedule, overlap_min_ready=args.min_ready,
+                                   overlap_max_wait_s=args.max_wait),
+                   tok, registry=registry, client=PoolClient(registry, max_concurrency_per_endpoint=args.concurrency))
     cost, calls, slots = Cost(args), [], None
     if real is not None:
         real.prefill, stats = 0, real.roll.engine.stats
@@ -213,8 +212,8 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=8, help="continuous: decode steps between joins")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--concurrency", type=int, default=128, help="client's concurrent calls per endpoint")
-    p.add_argument("--min-ready", type=float, default=0.5, help="overlap: RouterConfig.overlap_min_ready")
-    p.add_argument("--max-wait", type=float, default=0.5, help="overlap: RouterConfig.overlap_max_wait_s")
+    p.add_argument("--min-ready", type=float, default=0.5, help="overlap: env.overlap_min_ready")
+    p.add_argument("--max-wait", type=float, default=0.5, help="overlap: env.overlap_max_wait_s")
     p.add_argument("--two-hop-frac", type=float, default=0.5)
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--response-length", type=int, default=128, help="tokens per generated turn")

@@ -22,8 +22,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from router_r1.eval.evaluate import find_data_files, load_rows, open_pool, quiet_transformers  # noqa: E402
-from router_r1.serve import RouterServerThread, build_service, resolve_checkpoint  # noqa: E402
+from router_r1.eval.evaluate import find_data_files, load_rows  # noqa: E402
+from router_r1.flags import add_flags, from_args  # noqa: E402
+from router_r1.runtime import (EnvOverrides, load_policy, open_pool, quiet_transformers,  # noqa: E402
+                               resolve_checkpoint)
+from router_r1.serve import RouterServerThread, build_service  # noqa: E402
 from router_r1.serve_engine import load_run_settings  # noqa: E402
 
 
@@ -66,15 +69,11 @@ def bench(a: argparse.Namespace) -> dict:
     from router_r1.calibrate import router_records
 
     ckpt = resolve_checkpoint(a.checkpoint)
-    overrides = {"max_turns": a.max_turns, "max_obs_length": a.max_obs_length, "response_length": a.response_length,
-                 "max_response_length": a.max_response_length}
-    settings = load_run_settings(ckpt, overrides)
+    settings = load_run_settings(ckpt, from_args(EnvOverrides, a))
     rows = load_rows(find_data_files([a.data]), a.limit)
     questions = [r.question for r in rows]
     quiet_transformers()
     with open_pool(a.pool or settings.pool, sim=True, sim_latency=a.sim_latency) as pool:
-        from router_r1.eval.evaluate import load_policy
-
         policy = load_policy(ckpt, "cpu", max_batch_size=max(a.clients, 1))
         service = build_service(policy, pool, settings, max_batch=max(a.clients, 1))
         model = service.name
@@ -97,7 +96,7 @@ def bench(a: argparse.Namespace) -> dict:
     ok = [r for r in served if r["ok"]]
     agree = [r["answer"] == rec["answer"] for r, rec in zip(served, records) if r["ok"]]
     out = {"checkpoint": str(ckpt), "data": a.data, "clients": a.clients, "duration_s": a.duration,
-           "sim_latency": a.sim_latency, "settings": settings.turns,
+           "sim_latency": a.sim_latency, "settings": EnvOverrides.values_in(settings.env),
            "server": {"requests": len(served), "answered": len(ok), "wall_s": serve_wall,
                       "throughput_qps": len(served) / serve_wall,
                       "latency_s": {f"p{q}": float(np.percentile(lat, q)) for q in (50, 95, 99)},
@@ -110,16 +109,15 @@ def bench(a: argparse.Namespace) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--checkpoint", required=True, help="a run's output dir (its hf/ export) or an HF model dir")
     p.add_argument("--data", required=True, help="questions (parquet with extra_info.question)")
-    p.add_argument("--pool", default=None)
-    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--pool", default=None, help="pool yaml, served simulated (default: the run's, else sim.yaml)")
+    p.add_argument("--clients", type=int, default=8, help="concurrent clients (and rows per eval-path batch)")
     p.add_argument("--duration", type=float, default=60.0, help="seconds of load")
     p.add_argument("--max-requests", type=int, default=None, help="stop after this many requests")
     p.add_argument("--limit", type=int, default=None, help="first N questions of the file")
-    p.add_argument("--sim-latency", type=float, default=0.0)
-    for k in ("max-turns", "max-obs-length", "response-length", "max-response-length"):
-        p.add_argument(f"--{k}", type=int, default=None, help="override the run's saved setting")
+    p.add_argument("--sim-latency", type=float, default=0.0, help="scale of the simulated latencies (0: at once)")
+    add_flags(p, EnvOverrides)
     p.add_argument("--out", default=None, help="write bench.json here")
     a = p.parse_args(argv)
     out = bench(a)

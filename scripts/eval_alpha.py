@@ -7,7 +7,7 @@ paired bootstrap CIs of the differences, call shares and their entropy, one Pare
 
 The conditioned model is told each alpha in its prompt (as serving does); a fixed model reads the rows'
 own prompts. Greedy; the simulated pool served in-process (zero latency). Turn settings are the
-embedded default's (configs/embedded.yaml) unless given.
+conditioned run's (its run_config.yaml, else configs/embedded.yaml's) unless a flag gives one.
 """
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from router_r1.calibrate import dearest, point, router_records  # noqa: E402
-from router_r1.eval.evaluate import find_data_files, load_policy, load_rows, open_pool, quiet_transformers  # noqa: E402
+from router_r1.eval.evaluate import find_data_files, load_rows  # noqa: E402
 from router_r1.eval.report import bootstrap_ci  # noqa: E402
-from router_r1.router_env import RouterConfig  # noqa: E402
+from router_r1.flags import add_flags, from_args  # noqa: E402
+from router_r1.runtime import (EnvOverrides, episode_config, load_policy, open_pool, quiet_transformers,  # noqa: E402
+                               resolve_env)
 from router_r1.routing_collapse import by_source  # noqa: E402
 
 
@@ -86,24 +88,21 @@ def plot(summary: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True)
-    p.add_argument("--n", type=int, default=150)
-    p.add_argument("--conditioned", required=True)
-    p.add_argument("--fixed", action="append", default=[], metavar="ALPHA=DIR")
-    p.add_argument("--sft", default=None)
-    p.add_argument("--pool", default="configs/pool/sim.yaml")
-    p.add_argument("--max-turns", type=int, default=3)
-    p.add_argument("--max-obs-length", type=int, default=128)
-    p.add_argument("--response-length", type=int, default=64)
-    p.add_argument("--max-response-length", type=int, default=512)
+    p.add_argument("--data", required=True, help="test parquet (sim_qa's, with extra_info.question)")
+    p.add_argument("--n", type=int, default=150, help="questions, stratified by data source")
+    p.add_argument("--conditioned", required=True, help="the alpha-conditioned run's HF dir")
+    p.add_argument("--fixed", action="append", default=[], metavar="ALPHA=DIR", help="a fixed-alpha run (repeatable)")
+    p.add_argument("--sft", default=None, help="the SFT warm start, one more point")
+    p.add_argument("--pool", default="configs/pool/sim.yaml", help="pool yaml, served simulated")
+    add_flags(p, EnvOverrides)
     p.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.3, 0.6, 0.9],
                    help="told to the conditioned model")
     p.add_argument("--out", required=True)
     p.add_argument("--only-conditioned", action="store_true", help="evaluate the conditioned model (and SFT) only")
     a = p.parse_args(argv)
     rows = stratified(load_rows(find_data_files([a.data])), a.n)
-    rcfg = RouterConfig(max_turns=a.max_turns, max_obs_length=a.max_obs_length, response_length=a.response_length,
-                        max_response_length=a.max_response_length, schedule="sync")
+    env = resolve_env([a.conditioned], from_args(EnvOverrides, a), fallback="embedded")
+    rcfg = episode_config(env, schedule="sync")
     fixed = {float(k): v for k, v in (f.split("=", 1) for f in a.fixed)}
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -130,7 +129,7 @@ def main(argv=None) -> int:
             return 0
         for alpha, ckpt in sorted(fixed.items()):
             recs[f"fixed@{alpha:g}"] = records(f"fixed@{alpha:g}", ckpt, None)
-        summary = {"data": a.data, "n": len(rows), "pool": a.pool, "settings": rcfg.__dict__, "dearest": dearest(pool),
+        summary = {"data": a.data, "n": len(rows), "pool": a.pool, "settings": EnvOverrides.values_in(rcfg), "dearest": dearest(pool),
                    "conditioned": [summarize(f"cond@{x:g}", x, recs[f"cond@{x:g}"], pool) for x in a.alphas],
                    "fixed": [summarize(f"fixed@{x:g}", x, recs[f"fixed@{x:g}"], pool) for x in sorted(fixed)],
                    "sft": summarize("sft", None, recs["sft"], pool) if a.sft else None,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere
 
-from router_r1.eval.evaluate import (USER_ERRORS, EvalConfig, _labels, check_checkpoint, evaluate,  # noqa: E402
-                                     load_policy, parse_args as eval_args, quiet_transformers)
+from router_r1.eval.evaluate import USER_ERRORS, EvalConfig, _labels, evaluate, parse_args as eval_args  # noqa: E402
+from router_r1.runtime import check_checkpoint, load_policy, quiet_transformers  # noqa: E402
 
 
 def split_label(arg: str) -> tuple[str | None, str]:

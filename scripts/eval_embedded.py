@@ -19,13 +19,10 @@ sys.path.insert(0, str(ROOT))
 
 from data_process.sim_qa import SimConfig, draw_questions  # noqa: E402
 from router_r1.embedded import render_compact_template  # noqa: E402
-from router_r1.pool.client import PoolClient  # noqa: E402
+from router_r1.flags import add_flags, from_args  # noqa: E402
 from router_r1.pool.registry import ModelRegistry  # noqa: E402
-from router_r1.pool.server import ServerThread  # noqa: E402
-from router_r1.pool.sim_backend import SimBackend  # noqa: E402
 from router_r1.prompts import build_router_prompt, load_template  # noqa: E402
-from router_r1.reward.score import RewardConfig  # noqa: E402
-from router_r1.router_env import RouterConfig, RouterEnv  # noqa: E402
+from router_r1.runtime import EnvOverrides, Policy, episode_config, episode_env, open_pool, resolve_env  # noqa: E402
 from verl.trainer.dataset import PromptDataset, PromptRow  # noqa: E402
 from verl.workers.rollout.base import SamplingParams  # noqa: E402
 from verl.workers.rollout.hf_rollout import HFRollout  # noqa: E402
@@ -51,52 +48,37 @@ def question_rows(tokenizer, registry: ModelRegistry, n: int, template: str | No
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="HF model directory (with its tokenizer unless --tokenizer)")
-    p.add_argument("--tokenizer", default=None)
+    p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: --model)")
     p.add_argument("--n", type=int, default=100, help="held-out questions")
     p.add_argument("--data", default=None, help="a sim_qa parquet (e.g. test.parquet) instead of drawing questions")
     p.add_argument("--template", default=None, help="prompt template file (default: compact template + compact pool)")
-    p.add_argument("--pool", default=str(SIM_POOL))
-    p.add_argument("--world-seed", type=int, default=0)
-    # the shape: the checkpoint's run_config.yaml, else configs/embedded.yaml's; a flag overrides
-    p.add_argument("--max-turns", type=int, default=None)
-    p.add_argument("--max-obs-length", type=int, default=None)
-    p.add_argument("--response-length", type=int, default=None, help="tokens per generated turn")
-    p.add_argument("--max-response-length", type=int, default=None)
-    p.add_argument("--alpha", type=float, default=None, help="cost weight of the reward (scores only)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--pool", default=str(SIM_POOL), help="pool yaml, served simulated")
+    p.add_argument("--world-seed", type=int, default=0, help="seed of the simulated world (must match the data's)")
+    # the episode's env: the checkpoint's run_config.yaml, else configs/embedded.yaml's; a flag overrides a key
+    add_flags(p, EnvOverrides)
+    p.add_argument("--batch-size", type=int, default=64, help="rows per generate call")
     p.add_argument("--show", type=int, default=2, help="print this many trajectories")
     args = p.parse_args(argv)
-    from router_r1.router_env import RouterEnvConfig, trained_env_config
-    from verl.trainer.config import section_to_dataclass
-    from verl.trainer.main_ppo import load_config
-
-    shape = trained_env_config(args.model) or section_to_dataclass(RouterEnvConfig, load_config("embedded").env, "env")
-    for key in ("max_turns", "max_obs_length", "response_length", "max_response_length", "alpha"):
-        if getattr(args, key) is None:
-            setattr(args, key, getattr(shape, key))
+    env_cfg = episode_config(resolve_env([args.model], from_args(EnvOverrides, args), fallback="embedded"),
+                             schedule="sync")
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model)
-    backend = SimBackend.from_pool_yaml(args.pool, seed=args.world_seed, latency_scale=0.0)
-    with ServerThread(backend) as srv:
-        registry = ModelRegistry.from_yaml(args.pool, base_url=srv.url).seen()
+    with open_pool(args.pool, sim=True, sim_seed=args.world_seed, call_timeout_s=env_cfg.call_timeout_s,
+                   call_deadline_s=env_cfg.call_deadline_s, max_concurrency=env_cfg.max_concurrency) as pool:
         if args.data:
             rows = PromptDataset(args.data, tok, limit=args.n).rows
         else:
             template = load_template(args.template) if args.template else None
-            rows = question_rows(tok, registry, args.n, template, args.world_seed)
-        cfg = RouterConfig(max_turns=args.max_turns, max_obs_length=args.max_obs_length,
-                           response_length=args.response_length, max_response_length=args.max_response_length,
-                           schedule="sync")
-        with PoolClient(registry) as client:
-            env = RouterEnv(cfg, tok, registry, client, RewardConfig(alpha=args.alpha))
-            rollout = HFRollout(model, tok, max_batch_size=args.batch_size)
-            t0 = time.perf_counter()
-            result = env.rollout(rows, rollout.generate, SamplingParams(greedy=True), validate=True)
-            seconds = time.perf_counter() - t0
-            scores, m = env.score(result, rows, validate=True)
+            rows = question_rows(tok, pool.registry, args.n, template, args.world_seed)
+        rollout = HFRollout(model, tok, max_batch_size=args.batch_size)
+        env = episode_env(env_cfg, Policy(tok, rollout.generate), pool)
+        t0 = time.perf_counter()
+        result = env.rollout(rows, rollout.generate, SamplingParams(greedy=True), validate=True)
+        seconds = time.perf_counter() - t0
+        scores, m = env.score(result, rows, validate=True)
 
     n = len(rows)
     mean = lambda k: sum(m[k]) / n  # noqa: E731

@@ -15,8 +15,7 @@ from router_r1.pool.server import ServerThread, SimBackend
 from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, budget_exhausted_message, budget_text
 from router_r1.reward.format import check_format
-from router_r1.reward.score import RewardConfig
-from router_r1.router_env import RouterConfig, RouterEnv
+from router_r1.router_env import RouterEnv, RouterEnvConfig
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
@@ -45,7 +44,7 @@ def rows_of(questions):
 def env_for(tok, url, **cfg):
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
     base = dict(max_turns=4, max_obs_length=64, response_length=96, max_response_length=1024)
-    return RouterEnv(RouterConfig(**{**base, **cfg}), tok, registry, PoolClient(registry), RewardConfig())
+    return RouterEnv(RouterEnvConfig(**{**base, **cfg}), tok, registry, PoolClient(registry))
 
 
 def policy(tok, questions, log=None):
@@ -195,8 +194,8 @@ def test_factory_reads_the_adaturn_keys(tok, server, tmp_path):
                    "val_budget": 2, "budget_mode": "forced", "prompt_template": str(template)}, tok)
     env.client.close()
     c = env.cfg
-    assert (c.budgets, c.budget_seed, c.val_budget, c.budget_mode) == ((1, 3), 4, 2, "forced")
-    assert c.prompt_template == "Budget: {budget}Q: {question}" and env.rules.budget_mode == "forced"
+    assert (c.budgets, c.budget_seed, c.val_budget, c.budget_mode) == ([1, 3], 4, 2, "forced")
+    assert env.template == "Budget: {budget}Q: {question}" and env.rules.budget_mode == "forced"
     plain = factory({**shape, "pool": str(SIM), "pool_url": server.url}, tok)
     plain.client.close()
-    assert plain.cfg.budgets == () and plain.cfg.budget_mode == "end"
+    assert plain.cfg.budgets == [] and plain.cfg.budget_mode == "end"

@@ -9,10 +9,11 @@ import pytest
 
 import infer
 from data_process.sim_qa import SimConfig, build_sim
-from router_r1.eval.evaluate import EvalConfig, EvalError, Policy, evaluate, open_pool, parse_args
+from router_r1.eval.evaluate import (EvalConfig, EvalError, Policy, evaluate, open_pool, parse_args,
+                                     with_training_shape)
 from router_r1.eval.evaluate import main as evaluate_main
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, budget_text
-from router_r1.router_env import RouterConfig
+from router_r1.router_env import RouterEnvConfig
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,16 +96,17 @@ def test_cli_budget_flags(data):
     assert (cfg.budget, cfg.budget_mode, cfg.budget_text) == (2, "forced", False)
     plain = parse_args(["--data", str(test_file)])
     assert (plain.budget, plain.budget_mode, plain.budget_text) == (None, "end", True)
-    assert plain.router_config().budgets == () and cfg.router_config().budgets == (2,)
-    assert cfg.router_config(max_turns=0).budgets == ()  # the direct baseline keeps its own limit
+    plain, cfg = (with_training_shape(c, log=lambda msg: None) for c in (plain, cfg))  # the env: the paper run's
+    assert plain.router_config().budgets == [] and cfg.router_config().budgets == [2]
+    assert cfg.router_config(max_turns=0).budgets == []  # the direct baseline keeps its own limit
     assert evaluate_main(["--data", str(test_file), "--budget", "-1", "--sim"]) == 2
 
 
 def test_infer_budget_forced_answer_is_recorded_and_rendered(tok, data):
     _, golds = data
     question = next(iter(golds))
-    rcfg = RouterConfig(max_turns=4, max_obs_length=200, response_length=64, max_response_length=1024,
-                        schedule="sync", budgets=(1,), budget_in_prompt=False, budget_mode="forced")
+    rcfg = RouterEnvConfig(max_turns=4, max_obs_length=200, response_length=64, max_response_length=1024,
+                           schedule="sync", budgets=[1], budget_in_prompt=False, budget_mode="forced")
     policy = TwoCalls(tok, golds)
     with open_pool(sim=True) as pool:
         record = infer.run_question(question, Policy(tok, policy, template=TEMPLATE), pool, rcfg,

@@ -13,8 +13,8 @@ from router_r1.pool.server import ServerThread, SimBackend
 from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import TemplateError, alpha_text, build_router_prompt
 from router_r1.reward.cost import CostNormalizer
-from router_r1.reward.score import RewardConfig, compute_scores
-from router_r1.router_env import RouterConfig, RouterEnv
+from router_r1.reward.score import compute_scores
+from router_r1.router_env import RouterEnv, RouterEnvConfig
 from router_r1.routing_collapse import by_source, collapse_metrics
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput, SamplingParams
@@ -37,7 +37,7 @@ def questions():
 def env_for(tok, url, **cfg):
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
     base = dict(max_turns=2, max_obs_length=64, response_length=96, max_response_length=1024)
-    return RouterEnv(RouterConfig(**{**base, **cfg}), tok, registry, PoolClient(registry), RewardConfig(alpha=0.5))
+    return RouterEnv(RouterEnvConfig(**{"alpha": 0.5, **base, **cfg}), tok, registry, PoolClient(registry))
 
 
 def rows_of(questions):
@@ -79,7 +79,7 @@ def test_prompt_states_the_drawn_alpha_and_the_reward_uses_it(tok, server, quest
     for i, a in enumerate(alphas):
         assert metrics["em"][i] == 1.0 and metrics["format_ok"][i] == 1.0
         want = (1 - a) + a * metrics["cost_reward"][i]
-        assert scores[i] == pytest.approx(want)  # that prompt's alpha, not RewardConfig's 0.5
+        assert scores[i] == pytest.approx(want)  # that prompt's alpha, not env.alpha's 0.5
     # the cheap route at alpha 0.9 costs less than the dear one at 0
     assert np.mean(metrics["alpha_0.9/cost_usd"]) < np.mean(metrics["alpha_0/cost_usd"])
     assert len(metrics["alpha_0/em"]) + len(metrics["alpha_0.9/em"]) == len(rows)
@@ -107,7 +107,7 @@ def test_alpha_sentence_placement_and_bad_values(tok):
     with pytest.raises(ValueError, match="alpha"):
         alpha_text(1.5)
     with pytest.raises(ValueError, match="alphas"):
-        RouterConfig(alphas=(0.2, 1.2))
+        RouterEnvConfig(alphas=[0.2, 1.2], response_length=8, max_response_length=64).check()
     with pytest.raises(ValueError, match="alphas has 1 entries"):
         compute_scores(["x", "y"], [["a"], ["b"]], [0.0, 0.0], [0, 0], registry, CostNormalizer(), alphas=[0.1])
 
@@ -115,7 +115,7 @@ def test_alpha_sentence_placement_and_bad_values(tok):
 def test_factory_reads_the_alpha_keys(tok, server):
     env = factory({"pool": str(SIM), "pool_url": server.url, "alphas": [0, 0.6], "alpha_seed": 2,
                    "val_alpha": 0.6, "response_length": 64, "max_response_length": 512}, tok)
-    assert env.cfg.alphas == (0.0, 0.6) and env.cfg.alpha_seed == 2 and env.cfg.val_alpha == 0.6
+    assert env.cfg.alphas == [0.0, 0.6] and env.cfg.alpha_seed == 2 and env.cfg.val_alpha == 0.6
     env.client.close()
 
 

@@ -24,8 +24,7 @@ from router_r1.prompts import build_router_prompt, pool_descriptors
 from router_r1.actions import TAGS, format_observation, parse_action
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score, extract_answer, normalize_answer
-from router_r1.reward.score import RewardConfig
-from router_r1.router_env import RouterConfig, RouterEnv
+from router_r1.router_env import RouterEnv, RouterEnvConfig
 from verl.trainer.dataset import PromptRow
 from verl.trainer.sft_data import load_rows, prompt_ids, tokenize_example
 from verl.workers.model_loader import load_model
@@ -201,10 +200,10 @@ def test_rl_rollout_of_the_oracle_turns_gives_the_sft_tokens_and_mask(rows, tok,
 
     with ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0)) as srv:
         reg = ModelRegistry.from_yaml(SIM, base_url=srv.url).seen()
-        cfg = RouterConfig(max_turns=4, max_obs_length=400, response_length=200, max_response_length=2000,
-                           schedule="sync")
+        cfg = RouterEnvConfig(max_turns=4, max_obs_length=400, response_length=200, max_response_length=2000,
+                              schedule="sync")
         with PoolClient(reg) as client:
-            env = RouterEnv(cfg, tok, reg, client, RewardConfig())
+            env = RouterEnv(cfg, tok, reg, client)
             result = env.rollout(prompt_rows, generate, SamplingParams(greedy=True), validate=True)
             _, metrics = env.score(result, prompt_rows, validate=True)
     for i, r in enumerate(picked):

@@ -195,7 +195,7 @@ def test_sampling_is_seeded_and_honoured(tmp_path, tok, data):
     seeds = {}
     for seed in (3, 3, 4):
         policy = Scripted(tok, answer=lambda q: "x")
-        run_eval(tmp_path / "s", test_file, Policy(tok, policy), checkpoints=["s"], greedy=False,
+        run_eval(tmp_path / "s", test_file, Policy(tok, policy), checkpoints=["s"],
                  temperature=0.7, seed=seed, batch_size=2)
         assert all(not s.is_greedy and s.temperature == 0.7 for s in policy.samplings)
         seeds.setdefault(seed, []).append([s.seed for s in policy.samplings])
@@ -215,8 +215,8 @@ def test_tiny_checkpoint_greedy_repeats_and_sampling_follows_the_seed(tmp_path, 
         return [json.loads(x)["text"] for x in (tmp_path / "o" / "trajectories.jsonl").read_text().splitlines()]
 
     assert texts() == texts()
-    assert texts(greedy=False, temperature=1.0, seed=0) == texts(greedy=False, temperature=1.0, seed=0)
-    assert texts(greedy=False, temperature=1.0, seed=0) != texts(greedy=False, temperature=1.0, seed=1)
+    assert texts(temperature=1.0, seed=0) == texts(temperature=1.0, seed=0)
+    assert texts(temperature=1.0, seed=0) != texts(temperature=1.0, seed=1)
 
 
 def test_rollout_backends_give_the_same_greedy_episodes(tmp_path, data, checkpoints):
@@ -345,7 +345,7 @@ def test_test_sh_evaluates_tiny_checkpoints_and_files_agree(tmp_path, data, chec
     assert "95% CI" in proc.stdout and "overall" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert [r["label"] for r in summary["runs"]] == [checkpoints[0].name, checkpoints[1].name, f"largest:{BIG}"]
-    assert summary["config"]["greedy"] is True
+    assert summary["config"]["temperature"] is None  # greedy
     records = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
     assert len(records) == 3 * 4
     for run in summary["runs"]:
@@ -390,7 +390,7 @@ def test_a_dead_pool_ends_the_evaluation_with_exit_3_and_says_why(tmp_path, data
     test_file, truth = data
     sim = SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0)
     args = ["--data", str(test_file), "--pool", str(SIM), "--skip-router", "--baseline", f"single:{CHEAP}",
-            "--out", str(tmp_path / "out"), "--pool-timeout-s", "5", "--pool-deadline-s", "0.5"]
+            "--out", str(tmp_path / "out"), "--call-timeout-s", "5", "--call-deadline-s", "0.5"]
     with ServerThread(sim, faults=FaultConfig(error_rate=1.0)) as dead:
         code = evaluate_main([*args, "--pool-url", dead.url])
     err = capsys.readouterr()
@@ -398,7 +398,7 @@ def test_a_dead_pool_ends_the_evaluation_with_exit_3_and_says_why(tmp_path, data
     # 500s retried until the deadline stops the retries: counted by the kind that ended each call
     assert re.search(rf"run single:{CHEAP}: {len(truth)} of {len(truth)} pool calls failed \(100%: "
                      rf"(deadline|server_error) \d", err.err), err.err
-    assert "--max-pool-failure-rate 0.2" in err.err and "--pool-timeout-s 5" in err.err
+    assert "--max-pool-failure-rate 0.2" in err.err and "--call-timeout-s 5" in err.err
     overall = json.loads((tmp_path / "out" / "summary.json").read_text())["runs"][0]["overall"]
     assert overall["pool_failure_rate"] == 1.0 and sum(overall["pool_errors"].values()) == len(truth)
     label = re.escape(f"single:{CHEAP}".replace("-Instruct", ""))

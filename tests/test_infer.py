@@ -16,7 +16,7 @@ from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import submodel_messages
 from router_r1.reward.qa_em import em_score
-from router_r1.router_env import RouterConfig
+from router_r1.router_env import RouterEnvConfig
 from tiny import tiny_model
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
@@ -59,8 +59,8 @@ def test_run_question_records_and_renders_every_turn(tok, question):
     reply, _, completion = SimBackend.from_pool_yaml(SIM).respond(spec.api_id, submodel_messages(question.question),
                                                                    spec.max_tokens)
     expected_answer = reply_answer(reply)
-    rcfg = RouterConfig(max_turns=2, max_obs_length=200, response_length=64, max_response_length=1024,
-                        schedule="sync")
+    rcfg = RouterEnvConfig(max_turns=2, max_obs_length=200, response_length=64, max_response_length=1024,
+                           schedule="sync")
     with open_pool(sim=True) as pool:
         record = infer.run_question(question.question, Policy(tok, scripted(tok), template=TEMPLATE), pool, rcfg,
                                     SamplingParams(greedy=True, temperature=0.0), gold=question.answers)

@@ -14,8 +14,7 @@ from router_r1.pool.health import PoolFailureError, PoolHealth, call_stats
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import FaultConfig, ServerThread, SimBackend
 from router_r1.prompts import build_router_prompt
-from router_r1.reward.score import RewardConfig
-from router_r1.router_env import RouterConfig, RouterEnv
+from router_r1.router_env import RouterEnv, RouterEnvConfig
 from tiny import tiny_tokenizer
 from verl.trainer.dataset import PromptRow
 from verl.trainer import checkpoint
@@ -30,8 +29,8 @@ CHEAP = "LLaMA-3.1-8B-Instruct"
 def _env(tok, url, health):
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
     client = PoolClient(registry, max_retries=0, timeout_s=5.0, deadline_s=5.0)
-    cfg = RouterConfig(max_turns=2, max_obs_length=32, response_length=64, max_response_length=512, schedule="sync")
-    return RouterEnv(cfg, tok, registry, client, RewardConfig(), health=health), registry
+    cfg = RouterEnvConfig(max_turns=2, max_obs_length=32, response_length=64, max_response_length=512, schedule="sync")
+    return RouterEnv(cfg, tok, registry, client, health=health), registry
 
 
 def _rows(tok, registry, n=4):

@@ -13,8 +13,7 @@ from router_r1.pool.server import FaultConfig, ServerThread, SimBackend
 from router_r1.pool.sim_world import SimWorld
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import NO_REPLY_TEXT
-from router_r1.reward.score import RewardConfig
-from router_r1.router_env import RouterConfig, RouterEnv
+from router_r1.router_env import RouterEnv, RouterEnvConfig
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout.base import GenOutput
 
@@ -63,9 +62,9 @@ def scripted_policy(tok, rows, route_to=BIG, calls=None):
 def make_env(tok, url, schedule="continuous", max_turns=4, alpha=0.0, **client_kw):
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
     client = PoolClient(registry, **client_kw)
-    cfg = RouterConfig(max_turns=max_turns, max_obs_length=64, response_length=96, max_response_length=1024,
-                       schedule=schedule)
-    return RouterEnv(cfg, tok, registry, client, RewardConfig(alpha=alpha)), registry
+    cfg = RouterEnvConfig(max_turns=max_turns, max_obs_length=64, response_length=96, max_response_length=1024,
+                          schedule=schedule, alpha=alpha)
+    return RouterEnv(cfg, tok, registry, client), registry
 
 
 @pytest.mark.parametrize("schedule", ["continuous", "overlap", "sync"])

@@ -11,8 +11,7 @@ from tiny import tiny_model
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread, SimBackend
-from router_r1.reward.score import RewardConfig
-from router_r1.router_env import RouterConfig, RouterEnv
+from router_r1.router_env import RouterEnv, RouterEnvConfig
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout import build_rollout
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
@@ -103,9 +102,9 @@ def test_bad_requests_fail_clearly(tok):
 
 def _env(tok, url, schedule):
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
-    cfg = RouterConfig(max_turns=2, max_obs_length=16, response_length=10, max_response_length=120,
-                       schedule=schedule, invalid_hint=True)
-    return RouterEnv(cfg, tok, registry, PoolClient(registry), RewardConfig())
+    cfg = RouterEnvConfig(max_turns=2, max_obs_length=16, response_length=10, max_response_length=120,
+                          schedule=schedule, invalid_hint=True)
+    return RouterEnv(cfg, tok, registry, PoolClient(registry))
 
 
 def test_greedy_episodes_are_identical_under_every_schedule_and_engine(tok):

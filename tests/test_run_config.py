@@ -31,7 +31,7 @@ def test_evaluation_takes_the_trained_shape_and_a_flag_overrides_it(tmp_path):
 
 
 def test_no_run_config_gets_the_paper_shape_and_sampling_gets_sync(tmp_path):
-    cfg = with_training_shape(EvalConfig(data=["x"], checkpoints=[str(tmp_path)], greedy=False), log=lambda m: None)
+    cfg = with_training_shape(EvalConfig(data=["x"], checkpoints=[str(tmp_path)], temperature=1.0), log=lambda m: None)
     paper = load_config("router_r1").env
     assert (cfg.max_turns, cfg.max_obs_length, cfg.response_length, cfg.max_response_length) == (
         paper.max_turns, paper.max_obs_length, 1024, 4096)
@@ -73,5 +73,7 @@ def test_serving_and_calibration_score_with_the_trained_rules(tmp_path):
     from router_r1.serve_engine import load_run_settings
 
     ckpt = trained(tmp_path, "a", "env.format_rules=strict", "env.reward_metric=f1")
-    assert load_run_settings(Path(ckpt)).scoring == {"format_rules": "strict", "reward_metric": "f1"}
-    assert load_run_settings(tmp_path / "none").scoring == {"format_rules": "reference", "reward_metric": "em"}
+    env = load_run_settings(Path(ckpt)).env
+    assert (env.format_rules, env.reward_metric) == ("strict", "f1")
+    bare = load_run_settings(tmp_path / "none").env
+    assert (bare.format_rules, bare.reward_metric) == ("reference", "em")

@@ -16,9 +16,9 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread, SimBackend
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import NO_REPLY_TEXT
-from router_r1.router_env import RouterConfig
 from router_r1.serve import RouterServerThread, build_service, parse_args, serving
-from router_r1.serve_engine import RunSettings, ServeError, load_run_settings
+from router_r1.runtime import EnvOverrides, EvalError
+from router_r1.serve_engine import RunSettings, load_run_settings
 from serve_fixture import ALPHAS, ANSWER, BIG, SIM, SUB_QUESTION, TURNS
 from verl.workers.rollout.base import SamplingParams
 
@@ -63,7 +63,8 @@ def ask(client, model="router-r1", **kw):
 def test_models_answer_usage_cost_and_trace(served, client, caplog):
     caplog.set_level(logging.DEBUG)
     service, _ = served
-    assert service.settings.turns == TURNS and service.settings.alphas == ALPHAS  # the run's saved settings
+    env = service.settings.env  # the run's saved settings
+    assert {k: getattr(env, k) for k in TURNS} == TURNS and service.settings.alphas == ALPHAS
     assert [m.id for m in client.models.list()] == ["router-r1", "router-r1@0", "router-r1@0.6"]
     r = ask(client, "router-r1@0.6", extra_body={"trace": True})
     assert r.choices[0].message.content == ANSWER and r.choices[0].finish_reason == "stop"
@@ -147,7 +148,7 @@ def test_failing_pool_is_an_observation_and_no_answer_is_an_error(ckpt, pool_ser
         assert NO_REPLY_TEXT in ext["trace"]["trajectory"]
         body = json.dumps(r.model_dump())
     # a router that cannot answer (no routing turn left, and it always routes): an error JSON, not retried
-    no_turns = replace(settings, turns={**settings.turns, "max_turns": 0})
+    no_turns = replace(settings, env=replace(settings.env, max_turns=0))
     with RouterServerThread(build_service(policy, pool, no_turns)) as srv:
         c = openai.OpenAI(base_url=srv.url, api_key="none", max_retries=2, timeout=60)
         with pytest.raises(openai.InternalServerError) as err:
@@ -162,19 +163,20 @@ def test_failing_pool_is_an_observation_and_no_answer_is_an_error(ckpt, pool_ser
 
 
 def test_settings_come_from_the_saved_run_config(ckpt, tmp_path):
-    s = load_run_settings(ckpt, {"max_turns": 3, "alpha": None})
-    assert s.turns == {**TURNS, "max_turns": 3} and s.alphas == ALPHAS and s.alpha == 0.0 and s.pool == str(SIM)
+    s = load_run_settings(ckpt, EnvOverrides(max_turns=3))
+    assert {k: getattr(s.env, k) for k in TURNS} == {**TURNS, "max_turns": 3}
+    assert s.alphas == ALPHAS and s.alpha == 0.0 and s.pool == str(SIM)
     assert "run_config.yaml" in s.source and "flags" in s.source
     bare = load_run_settings(tmp_path)  # no run config: the paper run's shape, said so
-    assert "no run_config.yaml" in bare.source and bare.alphas == () and bare.turns["max_turns"] == 4
+    assert "no run_config.yaml" in bare.source and bare.alphas == () and bare.env.max_turns == 4
     (tmp_path / "run_config.yaml").write_text("env:\n  factory: router_r1.router_env:make_env\n  max_turnz: 2\n")
-    with pytest.raises(ServeError, match="max_turnz"):
+    with pytest.raises(EvalError, match="max_turnz"):
         load_run_settings(tmp_path)
     (tmp_path / "run_config.yaml").write_text("env:\n  factory: router_r1.router_env:make_env\n  max_turns: -1\n"
                                               "  response_length: 8\n  max_response_length: 64\n")
-    with pytest.raises(ServeError, match=r"run_config.yaml.*max_turns"):
+    with pytest.raises(EvalError, match=r"run_config.yaml.*max_turns"):
         load_run_settings(tmp_path)
-    assert isinstance(RouterConfig(**s.turns), RouterConfig) and isinstance(s, RunSettings)
+    assert isinstance(s, RunSettings)
 
 
 @pytest.fixture(scope="module")

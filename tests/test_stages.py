@@ -108,8 +108,7 @@ def test_training_env_reports_the_stages(truth, qs):
     """RouterEnv.score puts stage/* beside em and format_ok (a scripted trajectory, no policy)."""
     import numpy as np
 
-    from router_r1.reward.score import RewardConfig
-    from router_r1.router_env import RouterConfig, RouterEnv
+    from router_r1.router_env import RouterEnv, RouterEnvConfig
     from verl.trainer.dataset import PromptRow
     from verl.trainer.env_interface import RolloutResult
 
@@ -125,8 +124,8 @@ def test_training_env_reports_the_stages(truth, qs):
     result = RolloutResult(prompt_ids=[[1]], response_ids=[[1]], response_mask=[[1]], info=info)
     row = PromptRow([1], "u", {"extra_info": {"question": one.question}, "data_source": "sim_1hop",
                                "reward_model": {"ground_truth": {"target": [gold]}}})
-    env = RouterEnv(RouterConfig(max_turns=2, max_obs_length=64, response_length=32, max_response_length=256),
-                    None, reg, None, RewardConfig(), truth=truth)
+    env = RouterEnv(RouterEnvConfig(max_turns=2, max_obs_length=64, response_length=32, max_response_length=256),
+                    None, reg, None, truth=truth)
     scores, metrics = env.score(result, [row], validate=True)
     assert metrics["em"] == [1.0] and float(np.asarray(scores)[0]) == 1.0
     assert metrics["stage/copy_ok"] == [1.0] and metrics["stage/expert_best"] == [1.0]

@@ -18,8 +18,7 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread
 from router_r1.actions import wrap_information
 from router_r1.reward.format import check_format
-from router_r1.reward.score import RewardConfig
-from router_r1.router_env import RouterConfig, RouterEnv
+from router_r1.router_env import RouterEnv, RouterEnvConfig
 from tiny import tiny_model
 from verl.trainer.dataset import PromptRow
 from verl.utils.tiny import train_bpe_json, wrap_tokenizer
@@ -97,9 +96,9 @@ def test_reward_reads_each_turn_cut_at_its_action_and_ids_stay_as_sampled(tok, f
     with ServerThread(FixedReply(registry)) as srv:
         registry = ModelRegistry.from_yaml(SIM, base_url=srv.url).seen()
         client = PoolClient(registry)
-        cfg = RouterConfig(max_turns=4, max_obs_length=64, response_length=64, max_response_length=512,
-                           schedule="sync")
-        env = RouterEnv(cfg, tok, registry, client, RewardConfig())
+        cfg = RouterEnvConfig(max_turns=4, max_obs_length=64, response_length=64, max_response_length=512,
+                              schedule="sync")
+        env = RouterEnv(cfg, tok, registry, client)
         rows = [PromptRow(prompt, "q0", {"reward_model": {"ground_truth": {"target": ["Paris"]}}})]
         result = env.rollout(rows, rollout.generate, SamplingParams(greedy=True), validate=False)
         scores, metrics = env.score(result, rows, validate=False)

