@@ -147,10 +147,12 @@ def default_draws(cfg: BuildConfig) -> list[Draw]:
              {n: a if a.path else SourceArg(a.split or TEST_SETS.get(n, "test")) for n, a in wanted.items()})
 
     def role(given, flag: str, defaults: dict[str, str], split: str) -> dict[str, SourceArg]:
-        # given explicitly: as given; else the paper's, less the sources --sources leaves out
+        # given explicitly: as given; else the paper's, less the sources --sources leaves out (a source
+        # --sources names as NAME=PATH: that file, shared with the test draw, not the hub's split)
         if given is not None:
             return {n: a if a.path else SourceArg(a.split or split) for n, a in parse_sources(given, flag).items()}
-        return {n: SourceArg(sp) for n, sp in defaults.items() if wanted is None or n in wanted}
+        return {n: wanted[n] if wanted and wanted[n].path else SourceArg(sp)
+                for n, sp in defaults.items() if wanted is None or n in wanted}
 
     def draw(split: str, name: str, arg: SourceArg, size: int | None) -> Draw:
         return Draw(split, name, Path(arg.path).name if arg.path else arg.split, size, arg.path)

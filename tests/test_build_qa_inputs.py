@@ -176,7 +176,12 @@ def test_files_in_their_own_layout_keep_their_own_ids(tmp_path, capsys):
     assert {r["data_source"] for r in hot} == {"hotpotqa"} and [r["data_source"] for r in wiki] == ["2wiki"]
     assert [r["extra_info"]["source_id"] for r in wiki] == ["7"]
     assert {r["extra_info"]["source_split"] for r in hot} == {"hotpotqa_500.jsonl"}
-    assert f"read hotpotqa/hotpotqa_500.jsonl: question from 'question'" in capsys.readouterr().out
+    assert "read hotpotqa/hotpotqa_500.jsonl: question from 'question'" in capsys.readouterr().out
+    # a paper set named by its file: its validation draw reads that file too (not the hub), without overlap
+    assert _build(tmp_path / "v", "--sources", f"hotpotqa={r1 / 'hotpotqa_500.jsonl'}", "--splits", "val,test",
+                  "--val-size", "1", "--test-size", "2") == 0
+    val, test = _rows(tmp_path / "v" / "out" / "val.parquet"), _rows(tmp_path / "v" / "out" / "test_hotpotqa.parquet")
+    assert sorted(r["extra_info"]["source_id"] for r in val + test) == ["100", "101", "102"]
 
     flat = tmp_path / "flat"
     _jsonl(flat / "mine.jsonl", [{"id": f"m{i}", "question": f"question {i}?", "answer": "g"} for i in range(6)])
