@@ -114,11 +114,15 @@ def model_config(tokenizer, base: dict | None = None) -> dict:
     return spec_for_tokenizer(spec, tokenizer)
 
 
-def write_model_config(path: str | Path, tokenizer, overrides: dict | None = None) -> dict:
-    """Write model_config(tokenizer) as JSON (what `model.path` reads), with `overrides` over EMBEDDED_MODEL."""
+def write_model_config(path: str | Path, tokenizer, overrides: dict | None = None,
+                       frozen_token_ids: list[int] | None = None) -> dict:
+    """Write model_config(tokenizer) as JSON (what `model.path` reads), with `overrides` over EMBEDDED_MODEL
+    and the embedding rows the trainer holds fixed (verl.workers.fsdp_worker.freeze_token_rows)."""
     unknown = set(overrides or {}) - set(EMBEDDED_MODEL)
     if unknown:
         raise ValueError(f"model overrides: unknown key(s) {sorted(unknown)} (known: {sorted(EMBEDDED_MODEL)})")
     spec = model_config(tokenizer, {**EMBEDDED_MODEL, **(overrides or {})})
+    if frozen_token_ids:
+        spec["frozen_token_ids"] = list(frozen_token_ids)
     Path(path).write_text(json.dumps(spec, indent=2) + "\n")
     return spec

@@ -361,3 +361,26 @@ def test_a_critic_from_a_causal_lm_says_its_value_head_is_new_in_one_line(tmp_pa
     load_model(str(tmp_path / "cut"), role="critic")
     assert f"WARNING: critic: 1 backbone weights of {tmp_path / 'cut'} missing or unused: model.norm.weight" in \
         capfd.readouterr().out
+
+
+def test_frozen_token_rows_hold_through_updates_and_travel_with_the_export(tmp_path):
+    """model.config.frozen_token_ids: those embedding rows (tied head included) keep their start values
+    through PPO updates with weight decay, the others move, and the exported config still names them."""
+    frozen = [5, 6, 7, 40]
+    worker = make_actor(model=dict(SPEC, tie_word_embeddings=True, frozen_token_ids=frozen), weight_decay=0.5)
+    weight = worker.model.get_input_embeddings().weight
+    before = weight.detach().clone()
+    for seed in (10, 11):
+        worker.update_actor(with_old_log_probs(worker, make_batch(seed=seed)))
+    after = weight.detach()
+    assert torch.equal(after[frozen], before[frozen])
+    others = [i for i in range(V) if i not in frozen]
+    assert (after[others] - before[others]).abs().amax(-1).gt(0).float().mean() > 0.9  # decay alone moves them
+    worker.export_hf(str(tmp_path / "hf"))
+    loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"))
+    assert loaded.config.frozen_token_ids == frozen
+
+
+def test_frozen_token_ids_out_of_range_are_named():
+    with pytest.raises(ValueError, match="frozen_token_ids"):
+        make_actor(model=dict(SPEC, frozen_token_ids=[V + 3]))

@@ -50,6 +50,27 @@ def lr_schedule(actor, total_steps: int | None):
     return factor
 
 
+def freeze_token_rows(model) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Hold the input-embedding rows of `model.config.frozen_token_ids` at their values: no gradient (so
+    clipping ignores them) and restored after each step. A tied head shares them. With every name's
+    row a fixed random vector, a small policy learns one copy circuit that also copies names its
+    training data never showed (a trained row of an unseen name only ever learned to be unlikely).
+    Returns (ids, saved rows) or None when the config names no ids."""
+    ids = getattr(model.config, "frozen_token_ids", None)
+    if not ids:
+        return None
+    weight = model.get_input_embeddings().weight
+    index = torch.as_tensor(sorted(set(ids)), dtype=torch.long)
+    if int(index.min()) < 0 or int(index.max()) >= weight.shape[0]:
+        raise ValueError(f"model.config.frozen_token_ids: ids must be in [0, {weight.shape[0]}), got "
+                         f"{int(index.min())}..{int(index.max())}")
+    mask = torch.zeros(weight.shape[0], 1, dtype=torch.bool)
+    mask[index] = True
+    weight.register_hook(lambda g: g.masked_fill(mask.to(g.device), 0.0))
+    print(f"frozen: {len(index)} embedding rows (model.config.frozen_token_ids)")
+    return index, weight.detach()[index.to(weight.device)].clone()
+
+
 class FSDPWorker(Worker):
     """Model, optimizer, micro-batch plan and checkpoints; shared by the actor and the critic."""
 
@@ -74,6 +95,10 @@ class FSDPWorker(Worker):
         model = load_model(cfg.model, load_dtype, role="critic" if self.role == "critic" else "actor",
                            seed=cfg.seed, gradient_checkpointing=cfg.gradient_checkpointing and self.trainable,
                            attn_implementation=PACKED_ATTENTION if cfg.actor.use_remove_padding else None)
+        self._frozen_rows = freeze_token_rows(model) if self.trainable else None  # before sharding: plain params
+        if self._frozen_rows is not None and self.world_size > 1:
+            raise NotImplementedError("model.config.frozen_token_ids with several ranks: the rows are kept on the "
+                                      "unsharded weight only; train such a model on one rank")
         if self.lora is not None:  # before compile and sharding: they see the adapted layers
             # the critic's value head is new: it trains in full beside the adapters
             apply_lora(model, self.lora, trainable=("score.", "classifier.") if self.role == "critic" else ())
@@ -165,6 +190,11 @@ class FSDPWorker(Worker):
         norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
         if math.isfinite(norm):
             self.optimizer.step()
+            if self._frozen_rows is not None:  # AdamW's decoupled decay moves rows that had no gradient
+                ids, rows = self._frozen_rows
+                weight = self.model.get_input_embeddings().weight
+                with torch.no_grad():
+                    weight[ids.to(weight.device)] = rows.to(weight.device)
         else:
             warnings.warn(f"rank {self.rank}: gradient norm is {norm}; skipping this optimizer step")
             self.optimizer.zero_grad(set_to_none=True)

@@ -29,6 +29,9 @@ flags() {  # variant -> "oracle flags|SFT epochs|model json"
     clean_long)  echo "$CLEAN|12|" ;;
     syll_long)   echo "$CLEAN --no-name-tokens|12|" ;;
     noisy_syll)  echo "$NOISY --no-name-tokens|6|" ;;
+    clean_freeze) echo "$CLEAN --freeze-names|6|" ;;
+    freeze_long) echo "$CLEAN --freeze-names|12|" ;;
+    noisy_freeze) echo "$NOISY --freeze-names|6|" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }
