@@ -3,8 +3,9 @@
 # format rate, cost, pool calls and model shares per data source; writes summary.json,
 # trajectories.jsonl and pareto.png (EM against cost) and prints a table.
 #
-#   bash test.sh                                    # the embedded checkpoint on its sim test set
-#   bash test.sh --baseline all-singles             # ... beside every pool model alone
+#   bash test.sh                                    # the embedded checkpoint on its sim test set, beside
+#                                                   # every pool model alone and the routing baselines
+#   bash test.sh --baseline all-singles             # ... beside every pool model alone only
 #   bash test.sh --checkpoint DIR --data 'data/router_r1/test_*.parquet' \
 #                --pool configs/pool/paper.yaml --pool-url http://HOST:8000/v1
 #   bash test.sh --checkpoint A1 --checkpoint A2 --alpha 0.9   # several checkpoints: one plot
@@ -16,6 +17,9 @@
 # --checkpoint and --data default to the embedded default's (ROUTER_CKPT, ROUTER_TEST_DATA
 # override them; the data is the first of DATA_CANDIDATES that exists). Without --pool the
 # simulated pool is served in-process. Greedy unless --temperature T [--seed S] is given.
+# On the embedded default's data and pool (no --data, --pool, --pool-url) and without --baseline, the
+# baselines of TEST_BASELINES run too (default "all": every single model, oracle, oracle-hops, knn, mlp;
+# empty: none).
 # PYTHON picks the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -40,6 +44,9 @@ ARGS=("$@")
 DEFAULTS=()
 if ! given --checkpoint && ! given --skip-router; then
   DEFAULTS+=(--checkpoint "$CKPT")
+fi
+if ! given --baseline && ! given --pool && ! given --pool-url && ! given --data; then
+  for b in ${TEST_BASELINES-all}; do DEFAULTS+=(--baseline "$b"); done
 fi
 if ! given --data; then
   if [[ ! -e $DATA ]]; then

@@ -39,6 +39,9 @@ SFT_TIME_LIMIT=${SFT_TIME_LIMIT:-}  # seconds; empty (default): none, so a slow 
                                    # one. A run it cuts stops mid-schedule at a high lr (EM 0.18): said after SFT and at the end
 SFT_FROM=${SFT_FROM:-}          # reuse stages 1-3 of an earlier run (its OUT)
 EVAL_LIMIT=${EVAL_LIMIT:-}      # test questions per file in the final evaluation (empty: all 300)
+EVAL_BASELINES=${EVAL_BASELINES-all}  # baselines beside the router in the final evaluation (space-separated
+                                      # --baseline values; all = every single model, oracle, oracle-hops, knn, mlp;
+                                      # empty: none). knn/mlp ask each model the train questions once, cached.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 start=$(date +%s)
@@ -86,7 +89,9 @@ $PY -m verl.trainer.main_ppo --config-name embedded \
   "model.path=$SRC/sft" "model.tokenizer=$SRC/sft" "env.pool_url=$URL" "trainer.output_dir=$OUT/ppo" "$@"
 cp "$SRC/oracle/prompt_template.txt" "$OUT/ppo/hf/prompt_template.txt"
 rm -rf "$OUT/hf" && cp -r "$OUT/ppo/hf" "$OUT/hf"  # what infer.py and test.sh load by default
-$EVAL --checkpoint "$SRC/sft" --checkpoint "$OUT/hf" --out "$OUT/eval"
+BASELINE_ARGS=()
+for b in $EVAL_BASELINES; do BASELINE_ARGS+=(--baseline "$b"); done
+$EVAL --checkpoint "$SRC/sft" --checkpoint "$OUT/hf" --out "$OUT/eval" "${BASELINE_ARGS[@]}"
 
 stage "done: metrics $OUT/ppo/metrics.jsonl, curves $OUT/ppo/curves.png, evaluation $OUT/eval"
 [ -z "$CUT" ] || echo "WARNING: $CUT: PPO started from a partly trained warm start, so these results are not the embedded default's"

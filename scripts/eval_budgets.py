@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         for _, c, _ in named:
             check_checkpoint(c)
         base = eval_args(["--data", *a.data, *rest])
-        auto = _labels([c for label, c, _ in named if label is None])
+        auto = _labels([c for label, c, _ in named if label is None], trained_as=False)  # directory names
         runs = [(label or auto[c], c, aware) for label, c, aware in named]
         if len({r[0] for r in runs}) != len(runs):
             raise ValueError(f"run labels repeat: {[r[0] for r in runs]}; name them LABEL=DIR")

@@ -192,3 +192,30 @@ def test_evaluate_runs_the_routing_baselines(tmp_path):
     with pytest.raises(EvalError, match="no train data"):
         evaluate(EvalConfig(data=[str(tmp_path / "test.parquet")], skip_router=True, baselines=["knn"],
                             train_data=str(tmp_path / "nope.parquet"), out=str(tmp_path / "e2")), log=lambda *_: None)
+
+
+def test_test_sh_adds_the_baselines_on_the_embedded_default(tmp_path):
+    """Without --data/--pool/--baseline, test.sh passes TEST_BASELINES on beside the router; with any, it does not
+    (PYTHON=echo shows the command it would run)."""
+    import os
+    import subprocess
+
+    data = tmp_path / "test.parquet"
+    data.write_text("")
+    env = {**os.environ, "PYTHON": "echo", "ROUTER_TEST_DATA": str(data), "TEST_BASELINES": "oracle single:Mistral-7B"}
+
+    def args(*extra, **more):
+        run_env = {k: v for k, v in {**env, **more}.items() if v is not None}
+        proc = subprocess.run(["bash", str(REPO / "test.sh"), *extra], cwd=REPO, env=run_env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    got = args()
+    assert got[got.index("--baseline") + 1] == "oracle" and "single:Mistral-7B" in got and str(data) in got
+    assert args("--baseline", "knn").count("--baseline") == 1
+    for flag in ("--data", "--pool", "--pool-url"):
+        assert "--baseline" not in args(flag, "x"), flag
+    assert "--baseline" not in args(TEST_BASELINES="")
+    default = args(TEST_BASELINES=None)
+    assert default[default.index("--baseline") + 1] == "all"  # unset: every baseline

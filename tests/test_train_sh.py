@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_shortened_embedded_default(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path), "N_ORACLE": "600", "SFT_EPOCHS": "8",
-           "SFT_MAX_STEPS": "300", "EVAL_LIMIT": "24", "OMP_NUM_THREADS": "2"}
+           "SFT_MAX_STEPS": "300", "EVAL_LIMIT": "24", "OMP_NUM_THREADS": "2",
+           "EVAL_BASELINES": "oracle single:Mixtral-8x22B"}  # "all" by default; knn/mlp are tested elsewhere
     overrides = ["trainer.total_steps=2", "trainer.test_freq=0", "data.train_batch_size=16",
                  "actor.ppo_mini_batch_size=16", "critic.ppo_mini_batch_size=16", "data.val_limit=24",
                  "critic.warmup_steps=0"]
@@ -41,6 +42,12 @@ def test_shortened_embedded_default(tmp_path):
     assert all(t["cost_usd"] > 0 and t["information"] for t in calls)
     assert any(rows[s]["route_count/mean"] > 0 for s in (1, 2)), "PPO rollouts made no pool call"
     assert (tmp_path / "hf" / "prompt_template.txt").exists()
+    # the router beside the baselines, labelled by how it was trained, each baseline paired with it
+    runs = json.loads((tmp_path / "eval" / "summary.json").read_text())["runs"]
+    assert [r["label"] for r in runs] == ["SFT router", f"PPO router ({tmp_path.name})", "oracle",
+                                          "single:Mixtral-8x22B-Instruct"]
+    assert runs[2]["vs_router"]["reference"] == f"PPO router ({tmp_path.name})"
+    assert "Paired against the router" in proc.stdout and "where EM is lost" in proc.stdout
 
     # test.sh with only a checkpoint evaluates with the shape that checkpoint trained with (its run_config.yaml)
     proc = subprocess.run(["bash", "test.sh", "--checkpoint", str(tmp_path / "hf"), "--data",

@@ -315,14 +315,15 @@ def plan_runs(cfg: EvalConfig, baselines: list[Baseline]) -> list[Run]:
     return runs
 
 
-def _labels(checkpoints: list[str]) -> dict[str, str]:
+def _labels(checkpoints: list[str], trained_as: bool = True) -> dict[str, str]:
     """Run names: how the checkpoint was trained (its run_config.yaml: "PPO router", "SFT router", with its alpha
-    when above 0) and its directory's name (its parent's for a generic 'hf' / 'actor'), made unique."""
+    when above 0; unless not `trained_as`, for names that become directories) and its directory's name (its
+    parent's for a generic 'hf' / 'actor'), made unique."""
     out: dict[str, str] = {}
     for c in checkpoints:
         p = Path(c).resolve()
         name = p.parent.name if p.name in ("hf", "actor", "huggingface") else p.name
-        trained = _trained_as(c)
+        trained = _trained_as(c) if trained_as else None
         if trained:
             name = trained if name.lower() == trained.split()[0].lower() else f"{trained} ({name})"
         label, k = name, 2
@@ -419,7 +420,7 @@ def _routing_baseline_run(run: Run, rows: list[EvalRow], pool: Pool, cfg: EvalCo
     cache = cfg.outcomes_dir or train_path.parent / "router_outcomes"
     outcomes = routing_baselines.train_outcomes(
         pool.client, pool.registry, questions_of(train_rows, run.label), [r.golds for r in train_rows], chunk, cache,
-        pool_id=f"{pool.registry.source} sim_seed={cfg.sim_seed}", log=log)
+        pool_id=f"sim_seed={cfg.sim_seed}", log=log)
     try:
         picks, run.detail = routing_baselines.learned_picks(run.kind, outcomes, questions, cfg.alpha, cfg.embedder,
                                                             cfg.knn_k, cfg.seed)

@@ -338,8 +338,10 @@ def pareto_figure(runs: list[dict]):
             if m is None or not m["n"]:
                 continue
             pts.append((m["cost_1e6_usd"], m["em"]))
-            ax.scatter([pts[-1][0]], [pts[-1][1]], s=32, color=colors[k % len(colors)],
-                       marker=markers[k // len(colors) % len(markers)], label=_label(run), zorder=3)
+            router = run.get("kind") == "router"  # the trained routers stand out from the baselines
+            ax.scatter([pts[-1][0]], [pts[-1][1]], s=110 if router else 32, color=colors[k % len(colors)],
+                       marker="*" if router else markers[k // len(colors) % len(markers)], label=_label(run),
+                       zorder=4 if router else 3)
         front = [pts[i] for i in pareto_front(pts)]
         if len(front) > 1:
             ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="grey", lw=1, ls="--")

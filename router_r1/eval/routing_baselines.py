@@ -75,9 +75,9 @@ def oracle_hops_episodes(truth: SimTruth, models: list[str], questions: list[str
 # ---------------------------------------------------------------------------------- learned
 
 def outcomes_key(registry: ModelRegistry, questions: list[str], golds: list[list[str]], pool_id: str) -> str:
-    """What a cached outcome table depends on: the models (name, api id, prices, sampling), the pool, the
-    questions and their golds."""
-    doc = {"models": [[s.name, s.api_id, s.price_out_per_m, s.price_in_per_m, s.temperature, s.max_tokens]
+    """What a cached outcome table depends on: the models (name, api id, prices, sampling, sim profile; not the
+    endpoint, which changes with every sim server's port), `pool_id`, the questions and their golds."""
+    doc = {"models": [[s.name, s.api_id, s.price_out_per_m, s.price_in_per_m, s.temperature, s.max_tokens, s.sim]
                       for s in registry.models.values()],
            "pool": pool_id, "questions": questions, "golds": golds}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
