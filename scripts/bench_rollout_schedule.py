@@ -17,6 +17,14 @@ in docs/results; 10 us/token prefill).
                   on an emulated runner): requests join/leave at step boundaries and a later
                   turn prefills only the tokens its slot does not already hold
 
+    streaming     training steps, not one rollout (`--steps` of them, each followed by an emulated
+                  update of `--update-s` seconds): StreamingRollout (verl/trainer/streaming.py) keeps
+                  `--in-flight` x batch episodes in play over the SlotEngine, a step takes the first
+                  batch that finish, decoding pauses during the update while pool calls go on
+                  (staleness bound `--max-staleness`). Its baselines run the same steps: sync
+                  (one batch rollout, then the update) and continuous; its speedup lines are per
+                  training step against those.
+
     python scripts/bench_rollout_schedule.py [--batch 64] [--latency-scale 2] [--repeats 2]
 
 With `--model DIR` (an HF model directory, e.g. a pipeline's SFT policy, with its
@@ -50,13 +58,15 @@ from router_r1.pool.sim_world import SimWorld  # noqa: E402
 from router_r1.prompts import build_router_prompt, load_template  # noqa: E402
 from router_r1.router_env import RouterEnvConfig, make_env  # noqa: E402
 from verl.trainer.dataset import PromptRow  # noqa: E402
+from verl.trainer.streaming import StreamingRollout  # noqa: E402
 from verl.utils.tiny import tiny_tokenizer  # noqa: E402
 from verl.workers.rollout.base import GenOutput, SamplingParams, as_async  # noqa: E402
 from verl.workers.rollout.slot_engine import SlotEngine  # noqa: E402
 
 SIM = ROOT / "configs" / "pool" / "sim.yaml"
 ROUTE_TO = "LLaMA-3.1-70B-Instruct"
-MODES = ("sync", "overlap", "per-episode", "continuous")
+MODES = ("sync", "overlap", "per-episode", "continuous", "streaming")
+STEP_MODES = ("sync", "continuous", "streaming")  # what the streaming comparison runs, per training step
 THINK = "I should ask a bigger model about this part of the question before I answer it."
 
 
@@ -68,7 +78,7 @@ class Script:
         self._cache: dict[tuple[int, int], list[int]] = {}
 
     def hop_of(self, ids: list[int]) -> tuple[int, int]:
-        q = ids[0]  # the first prompt token is the question index (see rows below)
+        q = ids[0] * 256 + ids[1]  # the first two prompt tokens are the question index (see rows below)
         return q, self.tok.decode(ids[self.prompt_len:]).count("<information>")
 
     def turn(self, ids: list[int]) -> list[int]:
@@ -163,6 +173,57 @@ class RealEngine:
         return self.roll.generate(prompts, sampling)
 
 
+def make_env(url: str, schedule: str, tok, args) -> RouterEnv:
+    registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
+    return RouterEnv(RouterConfig(max_turns=4, max_obs_length=args.max_obs_length, response_length=args.response_length,
+                                  max_response_length=2048, schedule=schedule, overlap_min_ready=args.min_ready,
+                                  overlap_max_wait_s=args.max_wait),
+                     tok, registry, PoolClient(registry, max_concurrency_per_endpoint=args.concurrency), RewardConfig())
+
+
+def run_steps(mode: str, url: str, tok, rows, script: Script | None, args, real: RealEngine | None = None) -> dict:
+    """`args.steps` training steps of `args.batch` episodes, each followed by `args.update_s` of emulated
+    update: sync and continuous play one batch per step; streaming takes the first batch to finish."""
+    env, b = make_env(url, "continuous" if mode == "streaming" else mode, tok, args), args.batch
+    slots = int(args.in_flight * b) if mode == "streaming" else b
+    if real is not None:
+        engine = real.roll if mode != "sync" else real.generate
+    elif mode == "sync":
+        engine = batch_engine(script, Cost(args), [])
+    else:
+        engine = SlotEngine(EmulatedSlots(script, Cost(args), n_slots=slots, max_len=1 << 16, pad=tok.pad_token_id),
+                            tok, eos_ids=[], chunk=args.chunk)
+    sampling = SamplingParams(greedy=True, temperature=0.0, max_new_tokens=args.response_length)
+    out = {"wait": [], "drain": [], "staleness": [], "dropped": 0.0}
+    t0 = time.perf_counter()
+    if mode == "streaming":
+        starts = iter(range(0, 1 << 30, b))
+
+        def draw() -> list[int]:  # the rows in the order the other modes play them, batch by batch
+            first = next(starts)
+            return [(first + i) % len(rows) for i in range(b)]
+
+        stream = StreamingRollout(env, engine, draw=draw, rows_of=lambda i: [rows[i]], sampling=lambda v: sampling,
+                                  in_flight=slots, max_staleness=args.max_staleness)
+        for k in range(args.steps):
+            _, m = stream.take(b, version=k)
+            out["wait"].append(m["timing/stream_wait"])
+            out["drain"].append(m["timing/stream_drain"])
+            out["staleness"].append(m["stream/staleness_mean"])
+            out["dropped"] = m["stream/dropped_total"]
+            time.sleep(args.update_s)  # decoding paused, pool calls going on
+        stream.close()
+    else:
+        for k in range(args.steps):
+            start = time.perf_counter()
+            env.rollout([rows[(k * b + i) % len(rows)] for i in range(b)], engine, sampling, validate=False)
+            out["wait"].append(time.perf_counter() - start)
+            time.sleep(args.update_s)
+    out["s"] = time.perf_counter() - t0
+    env.client.close()
+    return out
+
+
 def run_once(mode: str, url: str, tok, rows, script: Script | None, args, real: RealEngine | None = None) -> dict:
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
     schedule = {"per-episode": "continuous"}.get(mode, mode)
@@ -193,7 +254,7 @@ def run_once(mode: str, url: str, tok, rows, script: Script | None, args, real: 
         prefill = real.prefill + stats.prefill_tokens - before[0]
         return {"s": elapsed, "prefill": prefill, "steps": stats.steps - before[1], "calls": 0, "by_hop": None,
                 "responses": result.response_ids, "routes": sum(result.info["route_count"]), "path": path}
-    want = sum(len(q.hops) for q in script.questions)
+    want = sum(len(script.questions[script.hop_of(r.prompt_ids)[0]].hops) for r in rows)
     if sum(result.info["route_count"]) != want:
         raise RuntimeError(f"{mode}: {sum(result.info['route_count'])} pool calls, expected {want}")
     return {"s": elapsed, "prefill": cost.prefill_tokens, "steps": cost.steps, "calls": len(calls),
@@ -218,6 +279,11 @@ def main() -> None:
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--response-length", type=int, default=128, help="tokens per generated turn")
     p.add_argument("--max-obs-length", type=int, default=64, help="tokens per <information> block")
+    p.add_argument("--steps", type=int, default=4, help="streaming: training steps per mode and repeat")
+    p.add_argument("--update-s", type=float, default=2.5,
+                   help="streaming: seconds of emulated update per step (the H200 270M pipeline's training ~2.5 s)")
+    p.add_argument("--in-flight", type=float, default=2.0, help="streaming: episodes in play, x the batch")
+    p.add_argument("--max-staleness", type=int, default=1, help="streaming: trainer.max_staleness")
     p.add_argument("--model", default=None, help="an HF model directory: decode it with hf_static instead")
     p.add_argument("--device", default="cpu", help="--model: the device it decodes on")
     p.add_argument("--max-model-len", type=int, default=4096, help="--model: hf_static's cache length")
@@ -226,7 +292,9 @@ def main() -> None:
     if args.device == "cpu":
         torch.set_num_threads(1)
 
-    questions = SimWorld(seed=0).questions(args.batch, seed=7, split="test", two_hop_frac=args.two_hop_frac)
+    roll = [m for m in modes if m != "streaming"]  # the one-rollout modes
+    n_questions = args.batch * 4 if "streaming" in modes else args.batch  # steps cycle through them
+    questions = SimWorld(seed=0).questions(n_questions, seed=7, split="test", two_hop_frac=args.two_hop_frac)
     registry = ModelRegistry.from_yaml(SIM, base_url="http://unused").seen()
     real, script = (RealEngine(args), None) if args.model else (None, None)
     if real is not None:
@@ -244,24 +312,60 @@ def main() -> None:
         text = tok.apply_chat_template(build_router_prompt("{question}", registry), add_generation_prompt=True,
                                        tokenize=False)
         body = tok(text, add_special_tokens=False)["input_ids"]
-        rows = [PromptRow([i] + body, f"q{i}", {}) for i in range(len(questions))]
-        script = Script(tok, questions, prompt_len=1 + len(body))
-    runs: dict[str, list[dict]] = {m: [] for m in modes}
+        rows = [PromptRow([i // 256, i % 256] + body, f"q{i}", {}) for i in range(len(questions))]
+        script = Script(tok, questions, prompt_len=2 + len(body))
+    runs: dict[str, list[dict]] = {m: [] for m in roll}
+    steps: dict[str, list[dict]] = {m: [] for m in (STEP_MODES if "streaming" in modes else ())}
     for rep in range(args.repeats):
-        for mode in modes:  # interleaved, so drift hits every mode
+        for mode in roll:  # interleaved, so drift hits every mode
             with ServerThread(SimBackend.from_pool_yaml(SIM, seed=rep, latency_scale=args.latency_scale)) as srv:
-                runs[mode].append(run_once(mode, srv.url, tok, rows, script, args, real))
+                runs[mode].append(run_once(mode, srv.url, tok, rows[:args.batch], script, args, real))
+        for mode in steps:
+            with ServerThread(SimBackend.from_pool_yaml(SIM, seed=rep, latency_scale=args.latency_scale)) as srv:
+                steps[mode].append(run_steps(mode, srv.url, tok, rows, script, args, real))
+    if roll:
+        report_rollouts(roll, runs, args, real, len(rows[0].prompt_ids))
+    if steps:
+        report_steps(steps, args)
+
+
+def report_steps(steps: dict[str, list[dict]], args) -> None:
+    """The streaming comparison: seconds per training step (rollout wait + the emulated update), paired."""
+    b, k = args.batch, args.steps
+    print(f"training steps: {k} steps of {b} episodes, each + {args.update_s:g} s of emulated update; streaming "
+          f"keeps {args.in_flight:g}x the batch in play (max staleness {args.max_staleness})")
+    print(f"{'mode':<12} {'s/step':>8} {'per repeat s/step':>24} {'waited s/step':>14} {'drain s':>8} "
+          f"{'staleness':>10} {'dropped':>8}")
+    for m, rs in steps.items():
+        per = [r["s"] / k for r in rs]
+        wait = statistics.mean(x for r in rs for x in r["wait"])
+        drain = statistics.mean(x for r in rs for x in r["drain"]) if rs[0]["drain"] else 0.0
+        stale = statistics.mean(x for r in rs for x in r["staleness"]) if rs[0]["staleness"] else 0.0
+        dropped = statistics.mean(r["dropped"] for r in rs)
+        print(f"{m:<12} {statistics.median(per):>8.2f} {' '.join(f'{x:.2f}' for x in per):>24} {wait:>14.2f} "
+              f"{drain:>8.2f} {stale:>10.2f} {dropped:>8.1f}")
+    for base in ("sync", "continuous"):
+        ratios = [x["s"] / s["s"] for x, s in zip(steps[base], steps["streaming"])]
+        print(f"  streaming vs {base}: per-repeat speedups " + " ".join(f"{x:.2f}" for x in ratios))
+    for base in ("sync", "continuous"):
+        ratios = [x["s"] / s["s"] for x, s in zip(steps[base], steps["streaming"])]
+        print(f"speedup streaming vs {base}: {statistics.median(ratios):.2f}x")
+
+
+def report_rollouts(modes: list[str], runs: dict[str, list[dict]], args, real, prompt_len: int) -> None:
+    """One rollout of one batch per mode (the schedules' comparison)."""
+    rows = args.batch
     for m in modes:  # the same episodes as the first mode's with the same latency seed (its replies)
         differ = max(sum(a != b for a, b in zip(r["responses"], f["responses"])) for r, f in zip(runs[m], runs[modes[0]]))
         if differ and real is None:
             raise RuntimeError(f"{m}: episodes differ from {modes[0]}'s")
         if differ:  # a real model in bf16: batch composition may flip a near-tie argmax
-            print(f"note: {m}: up to {differ} of {len(rows)} greedy episodes differ from {modes[0]}'s")
+            print(f"note: {m}: up to {differ} of {rows} greedy episodes differ from {modes[0]}'s")
 
     hops = runs[modes[0]][0]["routes"]
     engine = (f"hf_static on {args.model} ({args.device})" if real else
               f"emulated: step {args.step_ms} ms + {args.step_row_us} us/row, prefill {args.prefill_us} us/token")
-    print(f"batch {args.batch} ({hops} pool calls, prompt {1 + len(body)} tokens), pool latency x{args.latency_scale}, "
+    print(f"batch {args.batch} ({hops} pool calls, prompt {prompt_len} tokens), pool latency x{args.latency_scale}, "
           f"{engine}, "
           f"{args.repeats} repeats (median; latency seeds 0..{args.repeats - 1})")
     print("rollout s: median over repeats; per repeat: rollout s / the slowest episode's own pool time (a floor "

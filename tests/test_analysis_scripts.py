@@ -147,10 +147,35 @@ def test_check_slot_rollout_on_a_tiny_model(tmp_path):
 
 
 def test_bench_rollout_schedule_prints_one_speedup_per_mode():
-    out = script("bench_rollout_schedule.py", "--batch", 4, "--repeats", 1, "--latency-scale", 0.05)
+    out = script("bench_rollout_schedule.py", "--batch", 4, "--repeats", 1, "--latency-scale", 0.05,
+                 "--steps", 2, "--update-s", 0.05)
     speedups = re.findall(r"^speedup (\S+) vs sync: (\d+\.\d\d)x$", out, re.M)
-    assert [m for m, _ in speedups] == ["overlap", "per-episode", "continuous"]
+    assert [m for m, _ in speedups] == ["overlap", "per-episode", "continuous", "streaming"]
     assert all(float(x) > 0 for _, x in speedups)
+    assert re.search(r"^streaming +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+$", out, re.M)  # its step row
+
+
+def test_bench_stream_convoy_reports_each_state():
+    """The benchmark runs the real streaming rollout and reports each state; the slowdowns are measurements."""
+    out = script("bench_stream_convoy.py", "--batch", 4, "--cycles", 1, "--window-s", 0.2, "--latency-scale", 0.05)
+    assert re.findall(r"^(alone|decoding|paused) +[\d,]+ ops/s", out, re.M) == ["alone", "decoding", "paused"]
+    assert "paused vs decoding, paired per cycle: median" in out
+
+
+def test_summarize_streaming_reads_runs_and_compares_with_sync(tmp_path):
+    """Steps per hour, samples/s and tokens/s/GPU from the metrics; a run twice as fast per step is 2x sync."""
+    for run, step_s in (("sync", 8.0), ("stream2x", 4.0)):
+        rows = [{"step": k, "timing/step": step_s, "batch/episodes": 64.0, "timing/tokens_per_s": 1000.0 / step_s,
+                 "reward/mean": 0.1 * k, "format_ok/mean": 0.5, "em/mean": 0.0} for k in range(1, 5)]
+        (tmp_path / "a").mkdir(exist_ok=True)
+        (tmp_path / "a" / f"{run}_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = script("summarize_streaming.py", tmp_path, "--gpus", 2)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps_per_hour_vs_sync"] == {"a/stream2x": 2.0, "a/sync": 1.0}
+    fast = summary["runs"]["a/stream2x"]
+    assert fast["steps_per_hour"] == 900.0 and fast["samples_per_s"] == 16.0 and fast["tokens_per_s_per_gpu"] == 125.0
+    assert summary["at_equal_samples"]["samples"] == 256 and (tmp_path / "learning_curves.png").exists()
+    assert "a/stream2x" in out
 
 
 def test_bench_gil_convoy_prints_one_line_per_switch_interval():

@@ -527,6 +527,7 @@ class PPOTrainer:
             metrics.update(_summary(name, values))
         if self.rollout_imbalance is not None:
             metrics["rollout/load_imbalance"] = self.rollout_imbalance
+        metrics["batch/episodes"] = float(len(batch))  # episodes this update trained on (samples per step)
         metrics["response_length/mean"] = float(batch.batch["response_mask"].sum(-1).float().mean())
         metrics["adv/mean"] = float(masked_mean(batch.batch["advantages"], mask))
         metrics["timing/tokens_per_s"] = float(batch.batch["attention_mask"].sum()) / metrics["timing/step"]

@@ -40,7 +40,8 @@ class Gate:
 
     async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> tuple[GenOutput, int]:
         """One decode call once the gate is open; returns the output and the version that decoded it."""
-        await self._open.wait()
+        while not self._open.is_set():  # woken by a resume that a pause has since undone: wait again
+            await self._open.wait()
         self._active += 1
         self._idle.clear()
         version = self.version
