@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -75,6 +76,7 @@ def test_a_pool_that_keeps_failing_stops_training_with_the_reason():
         assert batch(bad_env, validate=True)["pool/failure_rate"] == [1.0]  # validation only reports
         m = batch(good_env)  # a healthy batch resets the streak
         assert m["pool/failure_rate"] == [0.0] and m["pool/latency_p95_s"][0] >= m["pool/latency_p50_s"][0] > 0
+        assert m["pool/latency_p50_s"][0] >= m["pool/server_p50_s"][0] >= 0  # the server's time, inside the call's
         batch(bad_env)
         with pytest.raises(PoolFailureError) as e:
             batch(bad_env)
@@ -91,6 +93,9 @@ def test_call_stats_counts_calls_not_episodes():
     s = call_stats(turns)
     assert (s["calls"], s["failed"], s["errors"]) == (3, 1, {"timeout": 1})
     assert s["failure_rate"] == pytest.approx(1 / 3) and s["latency_p50_s"] == 2.0  # the cache hit left out
+    assert math.isnan(s["server_p50_s"])  # no server said its time
+    s = call_stats([[{"ok": True, "latency_s": 5.0, "server_s": 1.0}, {"ok": True, "latency_s": 1.0}]])
+    assert (s["latency_p50_s"], s["server_p50_s"]) == (3.0, 1.0)
     with pytest.raises(ValueError, match="max_failure_rate"):
         PoolHealth(max_failure_rate=1.5)
 
@@ -192,3 +197,19 @@ def test_a_short_run_on_a_dead_pool_fails_loudly_and_its_resume_stops_at_once(tm
         with pytest.raises(PoolFailureError, match="for 3 training batches in a row"):
             _train(out, data, dead.url, "trainer.total_steps=4", "trainer.resume=auto")
     assert [d.name for d in checkpoint.step_dirs(out)] == ["step_000001", "step_000002"]  # none after the resume
+
+
+def test_the_servers_own_time_is_reported_beside_the_call_time():
+    """Issue 28.8: the pool 'latency' included the client's queueing and retries and was reported as if it were
+    the pool's; the server's own time (X-Latency-S) now comes back beside it."""
+    from router_r1.pool.client import RouteRequest
+
+    with ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0),
+                      faults=FaultConfig(slow_rate=1.0, slow_s=0.2)) as srv:
+        registry = ModelRegistry.from_yaml(SIM, base_url=srv.url).seen()
+        client = PoolClient(registry, max_retries=0, timeout_s=30.0, deadline_s=60.0, max_concurrency_per_endpoint=1)
+        results = client.route([RouteRequest(CHEAP, f"question {i}?") for i in range(3)])
+        client.close()
+    assert all(r.ok and r.server_s is not None and 0.2 <= r.server_s <= r.latency_s for r in results)
+    # one connection slot: the last call answered waited for the two before it, which only the client's time holds
+    assert max(r.latency_s for r in results) >= sum(r.server_s for r in results)

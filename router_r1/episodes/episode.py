@@ -122,7 +122,7 @@ class TurnRules:
         ep.pool_latency_s += result.latency_s
         ep.pool_failures += int(not result.ok)
         ep.turns[-1].update({"ok": result.ok, "error": result.error, "cost_usd": result.cost_usd,
-                             "latency_s": result.latency_s, "cached": result.cached,
+                             "latency_s": result.latency_s, "server_s": result.server_s, "cached": result.cached,
                              "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
                              "cut": result.cut, "usage_capped": result.usage_capped,
                              "information": None if result.text is None else clean_text(result.text)})

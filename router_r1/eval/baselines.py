@@ -109,7 +109,8 @@ def calls_episode(calls: list[tuple[str, str, str, PoolResult]], max_obs_length:
         turns.append({"generated": generated if generated is not None and i == 0 else f"<think>{think}</think>{route}",
                       "action": "route", "model": model, "query": query, "answer": None, "reason": None,
                       "ok": result.ok, "error": result.error, "cost_usd": result.cost_usd,
-                      "latency_s": result.latency_s, "information": result.text, "cached": result.cached})
+                      "latency_s": result.latency_s, "server_s": result.server_s, "information": result.text,
+                      "cached": result.cached})
     text += f"<answer>{answer}</answer>"
     turns.append({"generated": None, "action": "answer", "model": None, "query": None, "answer": answer,
                   "reason": "first sentence of the last reply"})

@@ -6,9 +6,13 @@ reward, route_count, pool_failures, hit_budget, models_called, and `turns` (a po
 turn carries ok, error, latency_s, cached).
 
 Pool health is reported per call, not per question: `pool_failure_rate` = failed calls /
-calls, `pool_errors` counts the failures by kind, and `pool_latency_p50_s` / `p95` are
-over the calls that went to the pool (cache hits left out; a failed call counts with the
-time it took to fail).
+calls, `pool_errors` counts the failures by kind, and `pool_latency_p50_s` / `p95` (the
+table's `call p50` / `call p95`) are over the calls that went to the pool (cache hits left
+out; a failed call counts with the time it took to fail). That is the call's time as the
+client saw it: waiting for a connection slot, every attempt and the backoff between, so a
+busy client or retried calls raise it. `pool_server_p50_s` / `p95` (`srv p50`) are the
+answering server's own times, where it reports one (our pool server's X-Latency-S header,
+OpenAI's openai-processing-ms); `-` where none does.
 """
 from __future__ import annotations
 
@@ -43,11 +47,13 @@ def _mean(trajs: list[dict], key: str) -> float:
 
 
 def pool_health(trajs: list[dict]) -> dict:
-    """Calls, failure rate, failures by error kind, latency p50/p95 (s) of the calls made over HTTP."""
+    """Calls, failure rate, failures by error kind, call time p50/p95 (s, as the client saw it) and the servers'
+    own time p50/p95 of the calls made over HTTP."""
     st = call_stats([t.get("turns", []) for t in trajs])
     return {"pool_calls": st["calls"], "pool_failed": st["failed"], "pool_failure_rate": st["failure_rate"],
             "pool_errors": st["errors"], "pool_latency_p50_s": st["latency_p50_s"],
-            "pool_latency_p95_s": st["latency_p95_s"]}
+            "pool_latency_p95_s": st["latency_p95_s"], "pool_server_p50_s": st["server_p50_s"],
+            "pool_server_p95_s": st["server_p95_s"]}
 
 
 def metrics(trajs: list[dict], model_names: list[str], seed: int = 0) -> dict:
@@ -130,7 +136,7 @@ def format_table(runs: list[dict]) -> str:
     sw = max([len("source"), len(OVERALL), *(len(s) for r in runs for s in r["sources"])])
     head = (f"{'run':<{lw}} {'source':<{sw}} {'n':>5} {'EM':>6} {'95% CI':>15} {'F1':>6} {'fmt':>5} "
             f"{'cost 1e-6$':>11} {'cost $':>10} {'R_cost':>6} {'reward':>6} {'calls':>5} "
-            f"{'failed':>6} {'p50 s':>6} {'p95 s':>6}")
+            f"{'failed':>6} {'call p50':>8} {'call p95':>8} {'srv p50':>7}")
     lines = [head, "-" * len(head)]
     for run in runs:
         for source, m in _named_groups(run):
@@ -139,7 +145,8 @@ def format_table(runs: list[dict]) -> str:
                          f"{f'[{lo:.3f}, {hi:.3f}]':>15} {m['f1']:>6.3f} {m['format_ok']:>5.2f} "
                          f"{m['cost_1e6_usd']:>11.2f} {m['cost_usd']:>10.2e} {m['cost_reward']:>6.3f} "
                          f"{m['reward']:>6.3f} {m['calls']:>5.2f} {_rate(m):>6} "
-                         f"{_secs(m.get('pool_latency_p50_s')):>6} {_secs(m.get('pool_latency_p95_s')):>6}")
+                         f"{_secs(m.get('pool_latency_p50_s')):>8} {_secs(m.get('pool_latency_p95_s')):>8} "
+                         f"{_secs(m.get('pool_server_p50_s')):>7}")
     lines += _paired_table(runs, lw)
     lines += _stage_table(runs, lw, sw)
     lines += _share_table(runs, lw, sw)

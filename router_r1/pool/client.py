@@ -32,6 +32,7 @@ import concurrent.futures
 import email.utils
 import json
 import logging
+import math
 import random
 import re
 import threading
@@ -96,6 +97,9 @@ class PoolResult:
     model: str | None  # canonical pool name, None if the name resolved to nothing
     cut: bool = False  # the text was cut at ReplyLimits.max_chars
     usage_capped: bool = False  # the reported usage was more than the call could use; counted at that bound
+    # the server's own time for the answered attempt, when it says (our pool server's X-Latency-S, OpenAI's
+    # openai-processing-ms); latency_s is the client's: waiting for a slot, every attempt and the backoff between
+    server_s: float | None = None
 
     @classmethod
     def failure(cls, error: str, *, model: str | None, attempts: int, latency_s: float) -> "PoolResult":
@@ -106,6 +110,18 @@ class PoolResult:
 def backoff_delay(retry: int, base_s: float, max_s: float, rng: random.Random) -> float:
     """Full jitter: uniform in [0, min(max_s, base_s * 2**retry)] for the retry-th retry (0-based)."""
     return rng.uniform(0.0, min(max_s, base_s * (2.0 ** retry)))
+
+
+def server_time_s(headers) -> float | None:
+    """The server's own time for a reply, from X-Latency-S (s) or openai-processing-ms; None when it says neither."""
+    for name, scale in (("x-latency-s", 1.0), ("openai-processing-ms", 1e-3)):
+        try:
+            value = float(headers.get(name)) * scale
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value) and value >= 0:
+            return value
+    return None
 
 
 def retry_after_s(exc: BaseException) -> float | None:
@@ -279,7 +295,7 @@ class PoolClient:
                     async with slots:  # waiting for a slot counts against the deadline too
                         attempts += 1
                         async with asyncio.timeout(self.timeout_s):
-                            body = await self._create(client, spec, messages)
+                            body, server_s = await self._create(client, spec, messages)
             # httpx2's errors come from reading the body ourselves; the SDK wraps those of the request.
             except (openai.APIError, httpx2.HTTPError, ReplyTooLarge, TimeoutError) as e:
                 if whole.expired():
@@ -289,7 +305,9 @@ class PoolClient:
                 parsed = parse_completion(body)
                 if parsed is None:
                     return self._give_up(spec, "bad_response", attempts, t0, None, api_key)
-                return self._success(spec, messages, parsed, attempts, t0, key)
+                result = self._success(spec, messages, parsed, attempts, t0, key)
+                result.server_s = server_s
+                return result
 
             if kind not in RETRYABLE or attempts > self.max_retries:
                 return self._give_up(spec, kind, attempts, t0, err, api_key)
@@ -302,8 +320,10 @@ class PoolClient:
             log.debug("pool %s: attempt %d failed (%s); retrying in %.2fs", spec.name, attempts, kind, delay)
             await asyncio.sleep(delay)
 
-    async def _create(self, client: openai.AsyncOpenAI, spec: ModelSpec, messages: list[dict[str, str]]) -> bytes:
-        """The reply body of one attempt; ReplyTooLarge as soon as it passes limits.max_bytes."""
+    async def _create(self, client: openai.AsyncOpenAI, spec: ModelSpec,
+                      messages: list[dict[str, str]]) -> tuple[bytes, float | None]:
+        """The reply body of one attempt and the server's time for it; ReplyTooLarge as soon as the body passes
+        limits.max_bytes."""
         extra = {} if self.seed is None else {"seed": self.seed}
         async with client.chat.completions.with_streaming_response.create(
                 model=spec.api_id, messages=messages, temperature=spec.temperature,
@@ -313,7 +333,7 @@ class PoolClient:
                 body += chunk
                 if len(body) > self.limits.max_bytes:  # leaving the block drops the rest unread
                     raise ReplyTooLarge(f"reply body over {self.limits.max_bytes} bytes (env.max_reply_bytes)")
-        return bytes(body)
+        return bytes(body), server_time_s(resp.headers)
 
     def _success(self, spec: ModelSpec, messages: list[dict[str, str]], parsed: tuple[str, int, int, bool],
                  attempts: int, t0: float, key: str | None) -> PoolResult:

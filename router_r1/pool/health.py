@@ -23,8 +23,9 @@ class PoolFailureError(RuntimeError):
 
 
 def call_stats(turns: list[list[dict]]) -> dict:
-    """Calls, failures by error kind, replies cut, usage claims capped, and latency p50/p95 (s, cache hits
-    left out) over episodes' turns."""
+    """Calls, failures by error kind, replies cut, usage claims capped, and time p50/p95 (s, cache hits left out)
+    over episodes' turns: `latency` is the call as the client saw it (waiting for a connection slot, every attempt,
+    the backoff between), `server` the answering server's own time where it reports one."""
     calls = [t for ep in turns for t in ep if "ok" in t]
     errors: dict[str, int] = {}
     for c in calls:
@@ -32,11 +33,13 @@ def call_stats(turns: list[list[dict]]) -> dict:
             errors[str(c.get("error"))] = errors.get(str(c.get("error")), 0) + 1
     lat = [float(c["latency_s"]) for c in calls if not c.get("cached") and c.get("latency_s") is not None]
     p50, p95 = np.percentile(lat, [50, 95]).tolist() if lat else (math.nan, math.nan)
+    srv = [float(c["server_s"]) for c in calls if not c.get("cached") and c.get("server_s") is not None]
+    s50, s95 = np.percentile(srv, [50, 95]).tolist() if srv else (math.nan, math.nan)
     failed = sum(errors.values())
     return {"calls": len(calls), "failed": failed, "failure_rate": failed / len(calls) if calls else 0.0,
             "errors": dict(sorted(errors.items())), "cut": sum(bool(c.get("cut")) for c in calls),
             "usage_capped": sum(bool(c.get("usage_capped")) for c in calls),
-            "latency_p50_s": p50, "latency_p95_s": p95}
+            "latency_p50_s": p50, "latency_p95_s": p95, "server_p50_s": s50, "server_p95_s": s95}
 
 
 @dataclass
@@ -61,6 +64,8 @@ class PoolHealth:
                    "pool/cut": [float(s["cut"])], "pool/usage_capped": [float(s["usage_capped"])]}
         if s["calls"] and math.isfinite(s["latency_p50_s"]):
             metrics.update({"pool/latency_p50_s": [s["latency_p50_s"]], "pool/latency_p95_s": [s["latency_p95_s"]]})
+        if s["calls"] and math.isfinite(s["server_p50_s"]):
+            metrics.update({"pool/server_p50_s": [s["server_p50_s"]], "pool/server_p95_s": [s["server_p95_s"]]})
         if validate or not s["calls"]:
             return metrics
         self._calls += s["calls"]
