@@ -12,7 +12,10 @@ trajectory. `"stream": true` streams the final answer. An alpha-conditioned rout
 the cost weight from `"alpha": 0.6` in the body or a model name `router-r1@0.6`.
 
 A failing pool model is an observation for the router, as in training; a request fails
-(OpenAI-style error JSON) only when the router gives no answer. Binds 127.0.0.1 unless
+(OpenAI-style error JSON) only when the router gives no answer. A bad request gets a JSON
+4xx naming the field (router_r1/pool/chat_fields.py); the limits on what a client may
+hold (body size, read and header timeouts, connections) are the shared HTTP layer's,
+router_r1/pool/openai_http.py. Binds 127.0.0.1 unless
 --host says otherwise; --token-env VAR requires `Authorization: Bearer $VAR`. Pool keys
 come from the pool yaml's api_key_env and never reach a response or a log line.
 """
