@@ -85,3 +85,53 @@ def stage_metrics(stages: list[dict], prefix: str = "stage") -> dict[str, list[f
     """Training metrics: `stage/<name>` with one value per trajectory the stage applies to (every key present,
     so the batches of one step agree on their keys)."""
     return {f"{prefix}/{name}": [s[name] for s in stages if s.get(name) is not None] for name in STAGES}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Diagnose recorded evaluation trajectories (trajectories.jsonl of router_r1.eval.evaluate, old ones too):
+    the stage rates per run and data source, recomputed against the pool's simulated world."""
+    import argparse
+    import json
+    import sys
+    from pathlib import Path
+
+    from router_r1.eval.report import OVERALL, format_stage_table
+    from router_r1.pool.registry import ModelRegistry, RegistryError
+
+    p = argparse.ArgumentParser(prog="python -m router_r1.stages", description=main.__doc__)
+    p.add_argument("trajectories", nargs="+", help="trajectories.jsonl files")
+    p.add_argument("--pool", default=str(Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"),
+                   help="pool yaml the runs used (its sim: profiles say who knows what; default the sim pool)")
+    p.add_argument("--sim-seed", type=int, default=0, help="world seed of the simulated pool")
+    p.add_argument("--include-unseen", action="store_true", help="the router could call models marked unseen")
+    a = p.parse_args(argv)
+    try:
+        full = ModelRegistry.from_yaml(a.pool)
+    except RegistryError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    truth = SimTruth.from_registry(full, seed=a.sim_seed)
+    routable = (full if a.include_unseen else full.seen()).names
+    groups: dict[str, dict[str, list[dict]]] = {}
+    for path in a.trajectories:
+        for i, line in enumerate(Path(path).read_text().splitlines()):
+            try:
+                r = json.loads(line)
+                st = trajectory_stages(r.get("question"), r["golds"], r["turns"], r["em"], r["format_ok"], truth,
+                                       routable)
+            except (ValueError, KeyError, TypeError) as e:
+                print(f"error: {path} line {i + 1}: not a scored trajectory record ({type(e).__name__}: {e})",
+                      file=sys.stderr)
+                return 2
+            run = groups.setdefault(r.get("run", path), {})
+            for source in (r.get("data_source", "unknown"), OVERALL):
+                run.setdefault(source, []).append(st)
+    runs = [{"label": label, "sources": {s: {"n": len(v), "stages": stage_rates(v)} for s, v in by.items()
+                                         if s != OVERALL},
+             OVERALL: {"n": len(by[OVERALL]), "stages": stage_rates(by[OVERALL])}} for label, by in groups.items()]
+    print(format_stage_table(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -219,3 +219,15 @@ def test_test_sh_adds_the_baselines_on_the_embedded_default(tmp_path):
     assert "--baseline" not in args(TEST_BASELINES="")
     default = args(TEST_BASELINES=None)
     assert default[default.index("--baseline") + 1] == "all"  # unset: every baseline
+
+
+def test_oracle_on_a_pool_without_sim_profiles_says_what_it_needs():
+    from router_r1.eval.evaluate import EvalRow, Pool, Run, run_one
+
+    reg = ModelRegistry.from_dict({"models": [{"name": "A", "api_id": "a", "price_out_per_m": 1.0}]}, source="real.yaml")
+    rows = [EvalRow("u", "s", ["x"], [{"role": "user", "content": "q"}], "Who founded Acme?", "f row 0")]
+    cfg = EvalConfig(data=["f"], alpha=0.0, max_obs_length=64)
+    with pytest.raises(EvalError, match="oracle needs a simulated pool .*real.yaml"):
+        run_one(Run("oracle", "oracle"), rows, Pool(reg, reg, None, "real"), None, cfg)
+    with pytest.raises(EvalError, match="knn needs train data"):
+        run_one(Run("knn", "knn"), rows, Pool(reg, reg, None, "real"), None, cfg)

@@ -130,3 +130,22 @@ def test_training_env_reports_the_stages(truth, qs):
     assert metrics["em"] == [1.0] and float(np.asarray(scores)[0]) == 1.0
     assert metrics["stage/copy_ok"] == [1.0] and metrics["stage/expert_best"] == [1.0]
     assert metrics["stage/gold_in_info"] == [1.0] and metrics["stage/decomposed"] == []
+
+
+def test_cli_diagnoses_recorded_trajectories(tmp_path, qs, capsys):
+    import json
+
+    from router_r1.stages import main
+
+    one, _ = qs
+    gold = one.answers[0]
+    rec = {"run": "ppo", "data_source": "sim_1hop", "question": one.question, "golds": [gold], "em": 0.0,
+           "format_ok": True, "turns": [call(BIG, one.question, f"{gold}."), {"action": "answer"}]}
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    assert main([str(path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ppo") and "overall" in x)
+    # format, copy, expert ok, cheapest, gold in info, EM|gold, 2-hop split
+    assert line.split()[2:] == ["1", "1.000", "1.000", "1.000", "0.000", "1.000", "0.000", "-"]
+    path.write_text('{"run": "x"}\n')
+    assert main([str(path)]) == 2 and "line 1" in capsys.readouterr().err

@@ -173,10 +173,18 @@ STAGE_HEADS = {"format_ok": "format", "copy_ok": "copy", "expert_ok": "expert ok
                "gold_in_info": "gold in info", "em_given_gold": "EM|gold", "decomposed": "2-hop split"}
 
 
+def format_stage_table(runs: list[dict]) -> str:
+    """The stages table alone (runs: label, sources and overall, each with n and stages)."""
+    lw = max([len("where EM is lost"), *(len(_label(r)) for r in runs)])
+    sw = max([len("source"), len(OVERALL), *(len(s) for r in runs for s in r["sources"])])
+    return "\n".join(_stage_table(runs, lw, sw)).lstrip("\n")
+
+
 def _stage_table(runs: list[dict], lw: int, sw: int) -> list[str]:
     if not any(run[OVERALL].get("stages") for run in runs):
         return []
-    head = f"{'where EM is lost':<{lw}} {'source':<{sw}}" + "".join(f" {h:>12}" for h in STAGE_HEADS.values())
+    head = (f"{'where EM is lost':<{lw}} {'source':<{sw}} {'n':>5}"
+            + "".join(f" {h:>12}" for h in STAGE_HEADS.values()))
     lines = ["", "Stages (router_r1/stages.py), each over the questions it applies to: format = format ok; copy = "
              "the first sub-question keeps the question's entities; expert ok / cheapest = every readable call "
              "went to an expert that knows it / to the cheapest such (sim world); gold in info = a gold answer "
@@ -186,7 +194,8 @@ def _stage_table(runs: list[dict], lw: int, sw: int) -> list[str]:
     for run in runs:
         for source, m in _named_groups(run):
             st = m.get("stages") or {}
-            lines.append(f"{_label(run):<{lw}} {source:<{sw}}" + "".join(f" {_frac(st.get(k)):>12}" for k in STAGE_HEADS))
+            lines.append(f"{_label(run):<{lw}} {source:<{sw}} {m['n']:>5}"
+                         + "".join(f" {_frac(st.get(k)):>12}" for k in STAGE_HEADS))
     return lines
 
 
