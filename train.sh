@@ -67,8 +67,8 @@ $PY -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$OUT/oracle/orac
   "model.path=$OUT/oracle/model.json" "model.tokenizer=$OUT/oracle/tokenizer" \
   "trainer.output_dir=$OUT/sft" "trainer.hf_dir=$OUT/sft" trainer.resume=none trainer.total_epochs="$SFT_EPOCHS" \
   trainer.total_steps="${SFT_MAX_STEPS:-null}" trainer.time_limit_s="${SFT_TIME_LIMIT:-null}" \
-  actor.lr=5e-3 data.train_batch_size=16 actor.sft_context_loss_weight=1.0
-cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"  # infer.py prompts as in training
+  actor.lr=5e-3 data.train_batch_size=16 actor.sft_context_loss_weight=1.0 \
+  "data.prompt_template=$OUT/oracle/prompt_template.txt"  # written into the model dir: infer.py prompts as trained
 else
   echo "stages 1-3 reused from $SFT_FROM"
 fi
@@ -86,8 +86,8 @@ EVAL="$PY -m router_r1.eval.evaluate --data $SRC/data/test.parquet --pool config
   --greedy ${EVAL_LIMIT:+--limit $EVAL_LIMIT}"  # turns, lengths, alpha: the run's (OUT/hf/run_config.yaml)
 $PY -m verl.trainer.main_ppo --config-name embedded \
   "data.train_files=[$SRC/data/train.parquet]" "data.val_files=[$SRC/data/val.parquet]" \
-  "model.path=$SRC/sft" "model.tokenizer=$SRC/sft" "env.pool_url=$URL" "trainer.output_dir=$OUT/ppo" "$@"
-cp "$SRC/oracle/prompt_template.txt" "$OUT/ppo/hf/prompt_template.txt"
+  "model.path=$SRC/sft" "model.tokenizer=$SRC/sft" "env.pool_url=$URL" "trainer.output_dir=$OUT/ppo" \
+  "data.prompt_template=$SRC/oracle/prompt_template.txt" "$@"
 rm -rf "$OUT/hf" && cp -r "$OUT/ppo/hf" "$OUT/hf"  # what infer.py and test.sh load by default
 BASELINE_ARGS=()
 for b in $EVAL_BASELINES; do BASELINE_ARGS+=(--baseline "$b"); done

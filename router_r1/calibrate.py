@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from router_r1.eval.evaluate import (USER_ERRORS, EvalRow, load_rows, find_data_files, records_of, router_episodes,
-                                     score)
+from router_r1.eval.evaluate import (USER_ERRORS, EvalRow, check_row_prompts, load_rows, find_data_files, records_of,
+                                     router_episodes, score)
 from router_r1.eval.report import bootstrap_ci
 from router_r1.flags import from_args, parser_for
 from router_r1.prompts import build_router_prompt
@@ -45,6 +45,7 @@ def router_records(policy: Policy, pool: Pool, rows: list[EvalRow], rcfg: Router
     that cost weight stated; with None, the rows' own prompts. The reward column uses `alpha` (0 for None) and
     rcfg's format_rules and reward_metric (the training run's)."""
     if alpha is None:
+        check_row_prompts(rows, policy)
         messages = [r.messages for r in rows]
     else:
         for r in rows:

@@ -386,7 +386,7 @@ class RouterEnvConfig:
     budget_seed: int = 0  # seed of that draw
     val_budget: Optional[int] = None  # validation: a fixed budget, or null for a fixed per-prompt draw from budgets
     budget_in_prompt: bool = True  # rebuild each prompt with its budget sentence (needs extra_info.question)
-    prompt_template: Optional[str] = None  # template file of that rebuild (null: the default template); must contain {budget}
+    prompt_template: Optional[str] = None  # template file of that rebuild (configs/env/router.yaml sets data.prompt_template, the one the data was built with; null: the default template); must contain {budget}
     budget_mode: str = "end"  # a route asked for with the budget spent: end (the episode stops) | forced (refuse it, drop its turn, append the budget-exhausted message, generate the answer) | mask (as end, response_mask zeroed) | penalize (as end, score = the format penalty)
     # Alpha conditioning (router_r1/serve, calibrate); off while alphas is empty
     alphas: list[float] = field(default_factory=list)  # the set each prompt's cost weight is drawn from, stated in its prompt (prompts.alpha_text); its reward uses that alpha; empty: the one `alpha`, prompts as given

@@ -10,6 +10,7 @@ are the training environment's, built by make_env.
 from __future__ import annotations
 
 import itertools
+import re
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
@@ -23,18 +24,17 @@ from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.server import ServerThread
 from router_r1.pool.sim_backend import SimBackend, SimProfileError
-from router_r1.prompts import TemplateError, load_template
+from router_r1.prompts import DEFAULT_TEMPLATE, TemplateError, load_template
 from router_r1.router_env import SCHEDULES, RouterEnv, RouterEnvConfig, make_env
 from router_r1.reward.format import FORMAT_RULE_SETS
 from router_r1.reward.score import REWARD_METRICS
-from verl.trainer.config import find_run_config, load_run_config, section_to_dataclass
+from verl.trainer.config import PROMPT_TEMPLATE_FILE, find_run_config, load_run_config, section_to_dataclass
 
 # torch and transformers are imported inside the functions that need them, so that bad
 # input (paths, columns, the pool) is reported in a second rather than after model imports.
 
 REPO = Path(__file__).resolve().parents[1]
 SIM_POOL = REPO / "configs" / "pool" / "sim.yaml"
-TEMPLATE_FILE = "prompt_template.txt"  # the prompt template a run trained with, written beside its checkpoints
 PAPER_CONFIG = "router_r1"  # configs/router_r1.yaml: the env of a checkpoint without a run config
 
 
@@ -183,6 +183,26 @@ class Policy:
     generate: Callable  # GenerateFn: (prompts: list[list[int]], SamplingParams) -> list[GenOutput]
     template: str | None = None  # template for prompts built here (direct, infer); None: the default
     max_positions: int | None = None  # the model's context window, if its config says
+    template_source: str | None = None  # the file `template` came from, for messages
+
+    def template_mismatch(self, rows: list[tuple[str, list[dict]]]) -> str | None:
+        """The first of `rows` (where, chat messages) whose prompt was not built from this policy's template (the
+        default one without), as a message naming both; None when every prompt reads as the template filled in."""
+        shape = template_pattern(DEFAULT_TEMPLATE if self.template is None else self.template)
+        for where, messages in rows:
+            content = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
+            if not shape.fullmatch(content):
+                template = self.template_source or ("the policy's template" if self.template is not None
+                                                    else "the default template (router_r1/prompts.py)")
+                return (f"{where}: its prompt was not built with {template}, the one this router is prompted "
+                        f"with: it starts {content[:80]!r}")
+        return None
+
+
+def template_pattern(template: str) -> re.Pattern:
+    """What a prompt built from `template` looks like: its text, with any text at each placeholder."""
+    parts = re.split(r"\{(?:question|pool|budget|alpha)\}", template)
+    return re.compile(".*?".join(re.escape(p) for p in parts), re.S)
 
 
 def check_checkpoint(path: str | Path) -> Path:
@@ -200,13 +220,14 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return check_checkpoint(path)
 
 
-def resolve_template(template_file: str | None, checkpoint: Path | None) -> str | None:
-    """--prompt-template, else the checkpoint's prompt_template.txt, else None (the default template)."""
-    if template_file:
-        return load_template(template_file)
-    if checkpoint is not None and (checkpoint / TEMPLATE_FILE).is_file():
-        return load_template(checkpoint / TEMPLATE_FILE)
-    return None
+def resolve_template(template_file: str | None, checkpoint: Path | None) -> tuple[str | None, str | None]:
+    """(text, file) of --prompt-template, else of the checkpoint's prompt_template.txt, else (None, None): the
+    default template."""
+    path = Path(template_file) if template_file else (
+        checkpoint / PROMPT_TEMPLATE_FILE if checkpoint is not None else None)
+    if path is None or (not template_file and not path.is_file()):
+        return None, None
+    return load_template(path), str(path)
 
 
 ROLLOUTS = ("auto", "hf", "hf_static")
@@ -244,7 +265,8 @@ def load_policy(checkpoint: str | Path, device: str | None = None, template_file
     except ValueError as e:  # e.g. hf_static asked for a model type it does not cover
         raise EvalError(f"{path}: {e}") from e
     positions = max_len if rollout == "hf_static" else model_positions
-    return Policy(tokenizer, backend.generate, resolve_template(template_file, path), positions)
+    template, source = resolve_template(template_file, path)
+    return Policy(tokenizer, backend.generate, template, positions, source)
 
 
 def seeded(generate: Callable) -> Callable:

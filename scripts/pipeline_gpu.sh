@@ -43,8 +43,7 @@ $PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/
 stage "supervised warm start"
 $PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$MODEL" --tokenizer "${TOKENIZER:-$OUT/oracle/tokenizer}" \
   --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr "$SFT_LR" --batch-size "$SFT_BATCH" --context-loss-weight 1.0 \
-  --device "$DEVICE" ${SFT_TIME_LIMIT:+--time-limit-s $SFT_TIME_LIMIT}
-cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"
+  --device "$DEVICE" ${SFT_TIME_LIMIT:+--time-limit-s $SFT_TIME_LIMIT} --prompt-template "$OUT/oracle/prompt_template.txt"
 
 stage "simulated pool server"
 source scripts/sim_pool.sh
@@ -56,6 +55,7 @@ ppo() {  # $1 = alpha, $2 = output dir
     "data.train_files=[$OUT/data/train.parquet]" "data.val_files=[$OUT/data/val.parquet]" \
     data.train_batch_size="$BATCH" data.val_batch_size=200 \
     "model.path=$OUT/sft" "model.tokenizer=$OUT/sft" model.dtype=auto trainer.device="$DEVICE" \
+    "data.prompt_template=$OUT/oracle/prompt_template.txt" \
     rollout.name="$ROLLOUT" rollout.max_batch_size=$((BATCH * 2)) \
     actor.lr="$ACTOR_LR" actor.ppo_mini_batch_size=$((BATCH / 2)) actor.ppo_micro_batch_size=$((BATCH / 2)) \
     critic.lr=1e-4 critic.ppo_mini_batch_size=$((BATCH / 2)) critic.ppo_micro_batch_size=$((BATCH / 2)) \
@@ -66,7 +66,6 @@ ppo 0.0 "$OUT/ppo_alpha0" & A=$!
 ppo "$ALPHA" "$OUT/ppo_alpha$ALPHA" & B=$!
 wait $A || { tail -30 "$OUT/ppo_alpha0.log"; exit 1; }
 wait $B || { tail -30 "$OUT/ppo_alpha$ALPHA.log"; exit 1; }
-for d in "$OUT/ppo_alpha0" "$OUT/ppo_alpha$ALPHA"; do cp "$OUT/oracle/prompt_template.txt" "$d/hf/"; done
 
 stage "evaluation on $EVAL_LIMIT test questions (greedy)"
 # turns and lengths: the runs' own (their hf/run_config.yaml); one reward column for the three: alpha 0

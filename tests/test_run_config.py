@@ -77,3 +77,34 @@ def test_serving_and_calibration_score_with_the_trained_rules(tmp_path):
     assert (env.format_rules, env.reward_metric) == ("strict", "f1")
     bare = load_run_settings(tmp_path / "none").env
     assert (bare.format_rules, bare.reward_metric) == ("reference", "em")
+
+
+def test_checkpoints_carry_the_prompt_template_and_resume_names_changed_keys(tmp_path, monkeypatch, capsys):
+    """data.prompt_template is written beside run_config.yaml into every checkpoint and the HF export (what
+    replaying an episode needs); a resume names each key that differs from the checkpoint's saved config."""
+    from hydra import compose, initialize_config_dir
+
+    from verl.trainer.main_ppo import CONFIG_DIR, run
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    template = tmp_path / "t.txt"
+    template.write_text("Route or answer.\n{pool}\nQuestion: {question}\n")
+
+    def config(*overrides):
+        with initialize_config_dir(CONFIG_DIR, version_base=None):
+            return compose("ppo_trainer", overrides=[
+                f"trainer.output_dir={tmp_path / 'run'}", "trainer.logger=[jsonl]", "trainer.test_freq=0",
+                "trainer.val_before_train=false", "rollout.response_length=8", "trainer.save_freq=1",
+                f"data.prompt_template={template}", *overrides])
+
+    run(config("trainer.total_steps=1"))
+    for d in ("run/checkpoints/step_000001", "run/hf", "run"):
+        assert (tmp_path / d / "prompt_template.txt").read_text() == template.read_text(), d
+    capsys.readouterr()
+    run(config("trainer.total_steps=2", "actor.lr=3e-6"))
+    out = capsys.readouterr().out
+    assert "differs from the one step_000001 was saved with, in 2 key(s)" in out
+    assert "actor.lr: 1e-06 -> 3e-06" in out and "trainer.total_steps: 1 -> 2" in out
+    with pytest.raises(ValueError, match="data.prompt_template: cannot read"):
+        save_run_config(config(f"data.prompt_template={tmp_path / 'missing.txt'}"), tmp_path / "x")

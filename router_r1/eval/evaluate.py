@@ -163,8 +163,10 @@ def _row(rec: dict, where: str, fallback_uid: str) -> EvalRow:
     return EvalRow(str(info.get("uid") or fallback_uid), source, golds, messages, question, where)
 
 
-# One pool line of a router prompt, as prompts.pool_descriptors writes it: "- NAME ($PRICE per 1M output tokens)".
-_LISTED_MODEL = re.compile(r"^- (.+?) \(\$[0-9.eE+-]+ per 1M output tokens\)", re.MULTILINE)
+# A pool line of a router prompt: a name, then its price, whatever the template: the default's
+# "- NAME ($PRICE per 1M output tokens): ...", the compact one's "NAME $PRICE: topics", "1. NAME: $PRICE", ...
+_LISTED_MODEL = re.compile(r"^[ \t]*(?:[-*\u2022][ \t]+|\d+[.)][ \t]+)?([^\s(:$]+)[ \t]*[(:]?[ \t]*\$[0-9]",
+                           re.MULTILINE)
 
 
 def prompt_pool_mismatch(rows: list[EvalRow], registry: ModelRegistry) -> str | None:
@@ -371,10 +373,25 @@ def _rollout_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, cfg:
                     for q in questions_of(rows, run.label)]
         rcfg = cfg.router_config()
     else:
+        check_row_prompts(rows, policy, log)
         messages, rcfg = [r.messages for r in rows], cfg.router_config()
     prompts = [tokenize_prompt(policy.tokenizer, m) for m in messages]
     rcfg = fit_context(prompts, [r.where for r in rows], policy, rcfg, log)
     return router_episodes(prompts, policy, pool, rcfg, cfg.sampling(), cfg.batch_size)
+
+
+def check_row_prompts(rows: list[EvalRow], policy: Policy, log=print) -> None:
+    """Rows prompted otherwise than the router is: EvalError naming the row and the template when the checkpoint
+    carries its template (prompt_template.txt, or --prompt-template); a warning when it carries none."""
+    problem = policy.template_mismatch([(r.where, r.messages) for r in rows])
+    if problem is None:
+        return
+    if policy.template is not None:
+        raise EvalError(f"{problem}. Rebuild the data with that template (python -m data_process.build_qa / "
+                        "data_process.sim_qa --prompt-template FILE), or pass --prompt-template with the one the "
+                        "data was built with")
+    log(f"WARNING: {problem}. The checkpoint carries no prompt_template.txt: if it was trained on this data's "
+        "template, pass that file as --prompt-template")
 
 
 def _prompt_llm_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, cfg: EvalConfig, log) -> list[dict]:

@@ -39,6 +39,7 @@ class DataConfig:
     val_limit: Optional[int] = None  # use only the first N validation rows
     sft_files: list[str] = field(default_factory=list)  # trainer.mode=sft: parquet or JSONL files of rows with `prompt` (chat messages) and `segments` ([{text, by_policy}]); steps draw data.train_batch_size rows in length buckets
     sft_max_length: int = 1024  # trainer.mode=sft: longest prompt + segments in tokens; a longer row is an error naming it
+    prompt_template: Optional[str] = None  # the template file the data's prompts were built with (data_process --prompt-template): copied as prompt_template.txt beside run_config.yaml into every checkpoint and the HF export, where evaluation, infer.py and the server build their prompts from it; null: the default template
 
 
 @dataclass
@@ -234,14 +235,40 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 RUN_CONFIG = "run_config.yaml"  # the resolved config of a run, beside its checkpoints and its HF export
+PROMPT_TEMPLATE_FILE = "prompt_template.txt"  # data.prompt_template's copy beside it: the prompts the run trained on
 
 
 def save_run_config(cfg: DictConfig, directory: str | Path) -> Path:
-    """Write the run's resolved config (every key, defaults filled in) as directory/run_config.yaml."""
+    """Write the run's resolved config (every key, defaults filled in) as directory/run_config.yaml, and the
+    prompt template of its data (data.prompt_template) as directory/prompt_template.txt: what replaying the
+    run's episodes needs besides the weights."""
     path = Path(directory) / RUN_CONFIG
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    template = OmegaConf.select(cfg, "data.prompt_template")
+    if template:
+        try:
+            text = Path(template).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"data.prompt_template: cannot read {template} ({type(e).__name__})") from None
+        (path.parent / PROMPT_TEMPLATE_FILE).write_text(text, encoding="utf-8")
     return path
+
+
+def config_changes(saved: DictConfig, current: DictConfig) -> list[str]:
+    """'key: old -> new' for every key whose value differs between two run configs (a key only one has
+    counts as changed), in key order."""
+    def flat(node, prefix="") -> dict:
+        if isinstance(node, dict):
+            return {k: v for key, sub in node.items() for k, v in flat(sub, f"{prefix}{key}.").items()} or \
+                {prefix[:-1]: {}}
+        return {prefix[:-1]: node}
+
+    old = flat(OmegaConf.to_container(saved, resolve=True))
+    new = flat(OmegaConf.to_container(current, resolve=True))
+    missing = "(absent)"
+    return [f"{k}: {old.get(k, missing)} -> {new.get(k, missing)}" for k in sorted(old.keys() | new.keys())
+            if old.get(k, missing) != new.get(k, missing)]
 
 
 def find_run_config(checkpoint: str | Path) -> Path | None:

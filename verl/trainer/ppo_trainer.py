@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 from torch.distributed.checkpoint.api import CheckpointException
 from tqdm import tqdm
 
@@ -33,7 +34,7 @@ from verl.protocol import DataProto
 from verl.trainer import checkpoint
 from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
-from verl.trainer.config import save_run_config
+from verl.trainer.config import RUN_CONFIG, config_changes, save_run_config
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env_interface import Env, RolloutResult
 from verl.trainer.sft_data import SFTSet, collate
@@ -607,11 +608,6 @@ class PPOTrainer:
         for old in checkpoint.step_dirs(self.out_dir)[:-keep] if keep else []:
             shutil.rmtree(old, ignore_errors=True)
 
-    def latest_checkpoint(self) -> Path | None:
-        """The newest checkpoint directory whose manifest exists (a cut save is skipped)."""
-        dirs = checkpoint.step_dirs(self.out_dir)
-        return dirs[-1] if dirs else None
-
     def _verify(self, step_dir: Path) -> None:
         """checkpoint.verify on rank 0 (the files are read once); every rank gets its verdict."""
         problem = None
@@ -663,6 +659,11 @@ class PPOTrainer:
                     log(f"{path}: dropped the rows after step {self.global_step} (they are redone)")
         if step_dir is not None:
             log(f"resumed from {step_dir} (step {self.global_step})")
+            saved = step_dir / RUN_CONFIG
+            changes = config_changes(OmegaConf.load(saved), self.cfg) if saved.is_file() else []
+            if changes:  # some are meant (more steps), some are not (another lr): the user reads which
+                log(f"WARNING: the config differs from the one {step_dir.name} was saved with, in "
+                    f"{len(changes)} key(s): " + "; ".join(changes))
 
     # ------------------------------------------------------------------ main loop
     @property

@@ -6,11 +6,12 @@ the flags that scripts call it with. The same run as a config:
     python -m verl.trainer.main_ppo --config-name sft "data.sft_files=[FILE]" model.path=SPEC \
         model.tokenizer=DIR trainer.output_dir=OUT trainer.hf_dir=OUT trainer.total_epochs=E ...
 
-Flags (-> config key):
+Flags (-> config key; a flag left out keeps configs/sft.yaml's value):
   --data FILE          data.sft_files: parquet or .jsonl with prompt + segments (response_text, if present, is checked)
   --model SPEC         model.path: a JSON file or inline JSON of a config (random init, vocab_size filled from
                        the tokenizer), or an HF model directory / hub id / GGUF file to fine-tune
   --tokenizer DIR      model.tokenizer (default: the --model directory)
+  --prompt-template F  data.prompt_template: the template the data was built with, saved beside the model
   --out DIR            trainer.output_dir and trainer.hf_dir: the HF model + tokenizer, run_config.yaml,
                        metrics.jsonl, checkpoints/ and sft_summary.json (loadable as model.path)
   --epochs E           trainer.total_epochs (default 1)
@@ -45,32 +46,34 @@ from verl.workers.model_loader import parse_model_spec
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags; a flag left out keeps configs/sft.yaml's value (the one home of the recipe's defaults)."""
     p = argparse.ArgumentParser(prog="python -m verl.trainer.sft", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--data", required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--tokenizer", default=None)
-    p.add_argument("--out", required=True)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--time-limit-s", type=float, default=None)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--min-lr-ratio", type=float, default=0.1)
-    p.add_argument("--warmup-ratio", type=float, default=0.05)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--max-length", type=int, default=1024)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--context-loss-weight", type=float, default=0.0)
+    p.add_argument("--data", required=True, help="data.sft_files: parquet or .jsonl rows of prompt + segments")
+    p.add_argument("--model", required=True, help="model.path: a JSON config (random init) or an HF dir, hub id, GGUF")
+    p.add_argument("--tokenizer", default=None, help="model.tokenizer (default: the --model directory)")
+    p.add_argument("--out", required=True, help="trainer.output_dir and trainer.hf_dir")
+    p.add_argument("--prompt-template", default=None,
+                   help="data.prompt_template: the template the data was built with, saved beside the model")
+    p.add_argument("--epochs", type=int, default=None, help="trainer.total_epochs (default: configs/sft.yaml's)")
+    p.add_argument("--max-steps", type=int, default=None, help="trainer.total_steps: stop after N optimizer steps")
+    p.add_argument("--time-limit-s", type=float, default=None, help="trainer.time_limit_s: stop after S seconds")
+    p.add_argument("--lr", type=float, default=None, help="actor.lr (default: configs/sft.yaml's)")
+    p.add_argument("--min-lr-ratio", type=float, default=None, help="actor.min_lr_ratio: the cosine's floor")
+    p.add_argument("--warmup-ratio", type=float, default=None, help="actor.warmup_ratio: warmup share of the steps")
+    p.add_argument("--batch-size", type=int, default=None, help="data.train_batch_size: sequences per step")
+    p.add_argument("--max-length", type=int, default=None, help="data.sft_max_length: longest sequence in tokens")
+    p.add_argument("--weight-decay", type=float, default=None, help="actor.weight_decay")
+    p.add_argument("--grad-clip", type=float, default=None, help="actor.grad_clip")
+    p.add_argument("--seed", type=int, default=None, help="model.seed and data.seed (init and batch order)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="trainer.device")
+    p.add_argument("--log-every", type=int, default=10, help="accepted for old scripts; every step is logged")
+    p.add_argument("--context-loss-weight", type=float, default=None,
+                   help="actor.sft_context_loss_weight: W x the loss on prompt and environment tokens")
     args = p.parse_args(argv)
-    for name in ("epochs", "batch_size", "max_length", "log_every"):
-        if getattr(args, name) < 1:
+    for name in ("epochs", "batch_size", "max_length", "log_every", "max_steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.max_steps is not None and args.max_steps < 1:
-        p.error("--max-steps must be >= 1")
     return args
 
 
@@ -85,20 +88,23 @@ def to_config(args: argparse.Namespace) -> DictConfig:
     cfg = load_config("sft")
     # Set on the typed config, not as hydra override strings: paths and inline JSON need no quoting.
     cfg.data.sft_files = [args.data]
-    cfg.data.sft_max_length = args.max_length
-    cfg.data.train_batch_size = args.batch_size
-    cfg.data.seed = args.seed
     cfg.model.path = spec
     cfg.model.tokenizer = str(tokenizer)
-    cfg.model.seed = args.seed
-    a = cfg.actor
-    a.lr, a.min_lr_ratio, a.warmup_ratio = args.lr, args.min_lr_ratio, args.warmup_ratio
-    a.weight_decay, a.grad_clip, a.sft_context_loss_weight = args.weight_decay, args.grad_clip, args.context_loss_weight
     t = cfg.trainer
-    t.total_epochs, t.total_steps, t.time_limit_s = args.epochs, args.max_steps, args.time_limit_s
+    t.total_steps, t.time_limit_s = args.max_steps, args.time_limit_s
     t.output_dir = t.hf_dir = args.out
     t.device = args.device
     t.resume = "none"  # as before: each call trains afresh into --out
+    flags = {"prompt_template": (cfg.data, "prompt_template"), "max_length": (cfg.data, "sft_max_length"),
+             "batch_size": (cfg.data, "train_batch_size"), "epochs": (t, "total_epochs"), "lr": (cfg.actor, "lr"),
+             "min_lr_ratio": (cfg.actor, "min_lr_ratio"), "warmup_ratio": (cfg.actor, "warmup_ratio"),
+             "weight_decay": (cfg.actor, "weight_decay"), "grad_clip": (cfg.actor, "grad_clip"),
+             "context_loss_weight": (cfg.actor, "sft_context_loss_weight")}
+    for flag, (section, key) in flags.items():  # a flag left out keeps configs/sft.yaml's value
+        if getattr(args, flag) is not None:
+            section[key] = getattr(args, flag)
+    if args.seed is not None:
+        cfg.data.seed = cfg.model.seed = args.seed
     return cfg
 
 
