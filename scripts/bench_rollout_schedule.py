@@ -173,18 +173,19 @@ class RealEngine:
         return self.roll.generate(prompts, sampling)
 
 
-def make_env(url: str, schedule: str, tok, args) -> RouterEnv:
+def bench_env(url: str, schedule: str, tok, args):
+    """The routing environment of the benchmark: the sim pool at `url`, four routing turns, `schedule`."""
     registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
-    return RouterEnv(RouterConfig(max_turns=4, max_obs_length=args.max_obs_length, response_length=args.response_length,
-                                  max_response_length=2048, schedule=schedule, overlap_min_ready=args.min_ready,
-                                  overlap_max_wait_s=args.max_wait),
-                     tok, registry, PoolClient(registry, max_concurrency_per_endpoint=args.concurrency), RewardConfig())
+    return make_env(RouterEnvConfig(max_turns=4, max_obs_length=args.max_obs_length, response_length=args.response_length,
+                                    max_response_length=2048, schedule=schedule, overlap_min_ready=args.min_ready,
+                                    overlap_max_wait_s=args.max_wait),
+                    tok, registry=registry, client=PoolClient(registry, max_concurrency_per_endpoint=args.concurrency))
 
 
 def run_steps(mode: str, url: str, tok, rows, script: Script | None, args, real: RealEngine | None = None) -> dict:
     """`args.steps` training steps of `args.batch` episodes, each followed by `args.update_s` of emulated
     update: sync and continuous play one batch per step; streaming takes the first batch to finish."""
-    env, b = make_env(url, "continuous" if mode == "streaming" else mode, tok, args), args.batch
+    env, b = bench_env(url, "continuous" if mode == "streaming" else mode, tok, args), args.batch
     slots = int(args.in_flight * b) if mode == "streaming" else b
     if real is not None:
         engine = real.roll if mode != "sync" else real.generate
@@ -225,12 +226,7 @@ def run_steps(mode: str, url: str, tok, rows, script: Script | None, args, real:
 
 
 def run_once(mode: str, url: str, tok, rows, script: Script | None, args, real: RealEngine | None = None) -> dict:
-    registry = ModelRegistry.from_yaml(SIM, base_url=url).seen()
-    schedule = {"per-episode": "continuous"}.get(mode, mode)
-    env = make_env(RouterEnvConfig(max_turns=4, max_obs_length=args.max_obs_length, response_length=args.response_length,
-                                   max_response_length=2048, schedule=schedule, overlap_min_ready=args.min_ready,
-                                   overlap_max_wait_s=args.max_wait),
-                   tok, registry=registry, client=PoolClient(registry, max_concurrency_per_endpoint=args.concurrency))
+    env = bench_env(url, {"per-episode": "continuous"}.get(mode, mode), tok, args)
     cost, calls, slots = Cost(args), [], None
     if real is not None:
         real.prefill, stats = 0, real.roll.engine.stats
