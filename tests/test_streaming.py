@@ -1,5 +1,5 @@
 """Streaming rollouts: groups carried over between steps, the staleness bound, per-token behaviour
-log-probs across a weight update, and the trainer (IS weights, greedy identity, resume)."""
+log-probs across a weight update, and the trainer (IS weights, identity with sync, resume)."""
 import asyncio
 import threading
 from pathlib import Path
@@ -120,12 +120,13 @@ COMMON = ("trainer.test_freq=0", "trainer.val_before_train=false", "trainer.expo
           "data.train_batch_size=4", "trainer.dump_rollouts=100", "rollout.device=cpu")
 
 
-def test_at_staleness_zero_streaming_is_on_policy_greedy_episodes_match_sync_and_weights_are_one(tmp_path,
-                                                                                                 monkeypatch):
+def test_at_staleness_zero_streaming_is_on_policy_episodes_match_sync_and_weights_are_one(tmp_path, monkeypatch):
+    """Seeded sampling (trainer.seed + step in both modes; greedy training is refused by the temperature check):
+    with the batch in play and no staleness allowed, streaming trains on exactly sync's episodes."""
     monkeypatch.chdir(ROOT)
     texts = {}
     for mode, extra in (("sync", []), ("stream", ["rollout.in_flight=4", "trainer.max_staleness=0"])):
-        run(config(tmp_path / mode, "trainer.total_steps=3", "trainer.save_freq=0", "rollout.temperature=0",
+        run(config(tmp_path / mode, "trainer.total_steps=3", "trainer.save_freq=0",
                    *COMMON, *extra))
         texts[mode] = [(d["step"], d["uid"], d["text"]) for d in read_jsonl(tmp_path / mode / "rollouts.jsonl")]
         rows = by_step(tmp_path / mode / "metrics.jsonl")

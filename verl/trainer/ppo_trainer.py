@@ -438,7 +438,8 @@ class PPOTrainer:
         busy = engine.busy_s() - busy_before if isinstance(engine, _LocalAsyncEngine) else 0.0
         metrics["timing/decode"] = busy + self.decode_s - decode_before  # (the engine's, or batch generate's)
         version = self.global_step - int(stream_metrics["stream/staleness_max"])
-        return Collected(self.to_batch(result, rows, played.scores), played.metrics, metrics, version, self.gen_batches)
+        batch = self.to_batch(result, rows, played.scores, self.sampling(validate=False))  # every group's temperature
+        return Collected(batch, played.metrics, metrics, version, self.gen_batches)
 
     def join_ahead(self) -> Collected | None:
         """Wait for the rollout played ahead, if any, and keep it for the next step (validation and
