@@ -1,6 +1,7 @@
 """Streaming rollouts: groups carried over between steps, the staleness bound, per-token behaviour
 log-probs across a weight update, and the trainer (IS weights, identity with sync, resume)."""
 import asyncio
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from router_r1.pool.server import ServerThread, SimBackend
 from router_r1.pool.sim_world import SimWorld
 from verl.trainer.dataset import train_batch_indices
 from verl.trainer.main_ppo import run
+from verl.trainer.ppo_trainer import PPOTrainer
 from verl.trainer.streaming import StreamingRollout
 from verl.trainer.tracking import read_jsonl
 from verl.workers.rollout.base import GenOutput, SamplingParams
@@ -120,10 +122,14 @@ COMMON = ("trainer.test_freq=0", "trainer.val_before_train=false", "trainer.expo
           "data.train_batch_size=4", "trainer.dump_rollouts=100", "rollout.device=cpu")
 
 
-def test_at_staleness_zero_streaming_is_on_policy_episodes_match_sync_and_weights_are_one(tmp_path, monkeypatch):
-    """Seeded sampling (trainer.seed + step in both modes; greedy training is refused by the temperature check):
-    with the batch in play and no staleness allowed, streaming trains on exactly sync's episodes."""
+def test_at_staleness_zero_streaming_is_on_policy_greedy_episodes_match_sync_and_weights_are_one(tmp_path, monkeypatch):
+    """Greedy training rollouts (the sampling patched to argmax at T=1, which the temperature check accepts;
+    seeded sampling would depend on how requests batch): with the batch in play and no staleness allowed,
+    streaming trains on exactly sync's episodes."""
     monkeypatch.chdir(ROOT)
+    sampling = PPOTrainer.sampling
+    monkeypatch.setattr(PPOTrainer, "sampling", lambda self, validate, step=None: dataclasses.replace(
+        sampling(self, validate, step), greedy=True))
     texts = {}
     for mode, extra in (("sync", []), ("stream", ["rollout.in_flight=4", "trainer.max_staleness=0"])):
         run(config(tmp_path / mode, "trainer.total_steps=3", "trainer.save_freq=0",

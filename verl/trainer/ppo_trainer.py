@@ -439,6 +439,8 @@ class PPOTrainer:
         metrics["timing/decode"] = busy + self.decode_s - decode_before  # (the engine's, or batch generate's)
         version = self.global_step - int(stream_metrics["stream/staleness_max"])
         batch = self.to_batch(result, rows, played.scores, self.sampling(validate=False))  # every group's temperature
+        batch.batch["staleness"] = torch.tensor([float(g.staleness(self.global_step)) for g in groups
+                                                 for _ in g.rows])  # (batch,)
         return Collected(batch, played.metrics, metrics, version, self.gen_batches)
 
     def join_ahead(self) -> Collected | None:
@@ -487,6 +489,9 @@ class PPOTrainer:
                                      "return info['rollout_log_probs'] when sampling.return_logprobs is set")
                 weights, is_stats = off_policy_weights(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"],
                                                        mask, alg.rollout_is_cap)
+                if "staleness" in batch.batch:  # streaming: episodes the current weights sampled have behaviour
+                    fresh = batch.batch["staleness"] == 0  # policy pi_old itself (the ratio's ~1e-3 is numerics)
+                    weights = torch.where(fresh[:, None], mask, weights)
                 batch.batch["rollout_is_weights"] = weights
                 metrics.update(is_stats)
             if self.ref is not None:
