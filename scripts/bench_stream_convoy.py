@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_rollout_schedule import SIM, Cost, EmulatedSlots, Script, make_env  # noqa: E402
+from bench_rollout_schedule import SIM, Cost, EmulatedSlots, Script, bench_env  # noqa: E402
 from router_r1.pool.registry import ModelRegistry  # noqa: E402
 from router_r1.pool.sim_world import SimWorld  # noqa: E402
 from router_r1.prompts import build_router_prompt  # noqa: E402
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", type=int, default=128)
     p.add_argument("--chunk", type=int, default=8)
     args = p.parse_args(argv)
-    args.min_ready, args.max_wait = 0.5, 0.5  # make_env's overlap knobs (unused: continuous)
+    args.min_ready, args.max_wait = 0.5, 0.5  # bench_env's overlap knobs (unused: continuous)
     torch.set_num_threads(1)
     x = torch.zeros(8)
 
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     rates: dict[str, list[float]] = {"alone": [], "decoding": [], "paused": []}
     busy: dict[str, list[float]] = {"alone": [], "decoding": [], "paused": []}  # engine's busy share per window
     try:
-        env = make_env(url, "continuous", tok, args)
+        env = bench_env(url, "continuous", tok, args)
         engine = SlotEngine(EmulatedSlots(script, HostBoundCost(args), n_slots=2 * args.batch, max_len=1 << 16,
                                           pad=tok.pad_token_id), tok, eos_ids=[], chunk=args.chunk)
         starts = iter(range(0, 1 << 30, args.batch))
