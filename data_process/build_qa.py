@@ -411,7 +411,7 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
     p.add_argument("--include-unseen", action="store_true", help="also list the models marked unseen")
     p.add_argument("--turn-budget", type=budget_arg, default=None, help="state a routing-turn budget in every prompt")
     p.add_argument("--prompt-template", default=None, help="template file with {question} (and {pool}, {budget})")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seed", type=int, default=42, help="seed of the row sampling and shuffling")
     p.add_argument("--train-size", type=size_arg, default=7000, help="rows per train source (NQ, HotpotQA)")
     p.add_argument("--val-size", type=size_arg, default=100, help="rows per val source (NQ, HotpotQA)")
     p.add_argument("--test-size", type=size_arg, default=500, help="rows per test source, Bamboogle aside")

@@ -223,15 +223,16 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p = argparse.ArgumentParser(prog="python -m data_process.kg_oracle", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="questions parquet from data_process.kg_synth (the train split)")
     p.add_argument("--graph", required=True, help="graph directory (entities + triples)")
-    p.add_argument("--out-dir", required=True)
-    p.add_argument("--n", type=int, default=1500)
-    p.add_argument("--noise", type=float, default=0.3)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", required=True, help="where oracle.parquet (and the tokenizer) are written")
+    p.add_argument("--n", type=int, default=1500, help="trajectories to write")
+    p.add_argument("--noise", type=float, default=0.3,
+                   help="share of trajectories made suboptimal on purpose, so RL has something to improve")
+    p.add_argument("--seed", type=int, default=0, help="seed of the question order and the noise")
     p.add_argument("--max-turns", type=int, default=6, help="must equal the environment's env.max_turns")
     p.add_argument("--top-k", type=int, default=8, help="must equal the environment's env.rank.top_k")
     p.add_argument("--point", action="store_true", help='answer "[k]" (a candidate number) instead of the name')
-    p.add_argument("--no-tokenizer", dest="tokenizer", action="store_false")
-    p.add_argument("--vocab-size", type=int, default=1024)
+    p.add_argument("--no-tokenizer", dest="tokenizer", action="store_false", help="do not train and save a tokenizer")
+    p.add_argument("--vocab-size", type=int, default=1024, help="the trained tokenizer's vocabulary size")
     return OracleConfig(**vars(p.parse_args(argv)))
 
 

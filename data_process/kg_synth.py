@@ -56,6 +56,13 @@ class SynthConfig:
     test_frac: float = 0.2
 
 
+SYNTH_HELP = {"out_dir": "where the graph and the question parquets are written", "seed": "seed of the names and edges",
+              "countries": "countries in the graph", "cities": "cities", "companies": "companies", "teams": "teams",
+              "persons": "persons", "friends": "outgoing friend_of edges per person",
+              "image_prob": "share of friend_of edges with an image description",
+              "val_frac": "share of questions in the validation split", "test_frac": "share in the test split"}
+
+
 class Namer:
     """Unique pronounceable names from syllables."""
 
@@ -211,7 +218,8 @@ def parse_args(argv: list[str] | None = None) -> SynthConfig:
     p = argparse.ArgumentParser(prog="python -m data_process.kg_synth", description=__doc__.split("\n\n")[0])
     d = SynthConfig()
     for key, val in vars(d).items():
-        p.add_argument("--" + key.replace("_", "-"), type=type(val) if key != "out_dir" else str, default=val)
+        p.add_argument("--" + key.replace("_", "-"), type=type(val) if key != "out_dir" else str, default=val,
+                       help=SYNTH_HELP[key])
     return SynthConfig(**vars(p.parse_args(argv)))
 
 

@@ -327,7 +327,8 @@ def run(cfg: OracleConfig) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p = argparse.ArgumentParser(prog="python -m data_process.sim_oracle", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default="data/embedded")
+    p.add_argument("--out-dir", default="data/embedded",
+                   help="where oracle.parquet, the tokenizer, model.json and prompt_template.txt are written")
     p.add_argument("--n", type=size_arg, default=2000, help="trajectories (simulated train questions)")
     p.add_argument("--noise", type=float, default=0.3, help="probability of a suboptimal trajectory")
     p.add_argument("--prefer-big", type=float, default=0.0,
@@ -343,7 +344,7 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
                    help="entities per type of the world (must match the pool server's --world-entities)")
     p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml with sim: profiles (seen models are used)")
     p.add_argument("--prompt-template", default=None, help="template file (default: compact template + compact pool)")
-    p.add_argument("--two-hop-frac", type=float, default=0.4)
+    p.add_argument("--two-hop-frac", type=float, default=0.4, help="share of two-hop questions")
     p.add_argument("--max-routes", type=int, default=3, help="routes per trajectory at most (two hops + one retry)")
     p.add_argument("--report", action="store_true", help="print EM, routes, cost and token lengths")
     p.add_argument("--no-tokenizer", dest="tokenizer", action="store_false",

@@ -233,19 +233,19 @@ def run(cfg: BudgetOracleConfig) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> BudgetOracleConfig:
     p = argparse.ArgumentParser(prog="python -m data_process.sim_oracle_budget", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default="data/adaturn")
-    p.add_argument("--n", type=size_arg, default=2000)
+    p.add_argument("--out-dir", default="data/adaturn", help="where the budget-aware oracle trajectories are written")
+    p.add_argument("--n", type=size_arg, default=2000, help="trajectories to write")
     p.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6], help="the set B is drawn from")
     p.add_argument("--forced-frac", type=float, default=0.3,
                    help="share of the rows whose unbudgeted plan exceeds B shown as a forced answer")
     p.add_argument("--noise", type=float, default=0.2, help="probability of a suboptimal (sim_oracle) mode")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the question draw and the noise")
     p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
-    p.add_argument("--pool", default=str(DEFAULT_POOL))
+    p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml the trajectories route to")
     p.add_argument("--prompt-template", default=None, help="template with {budget} (default: compact + pool)")
-    p.add_argument("--two-hop-frac", type=float, default=0.4)
-    p.add_argument("--max-routes", type=int, default=3)
-    p.add_argument("--report", action="store_true")
+    p.add_argument("--two-hop-frac", type=float, default=0.4, help="share of two-hop questions")
+    p.add_argument("--max-routes", type=int, default=3, help="most routing turns of one trajectory")
+    p.add_argument("--report", action="store_true", help="print how the trajectories split by mode and budget")
     a = p.parse_args(argv)
     return BudgetOracleConfig(**{**vars(a), "budgets": tuple(a.budgets)})
 

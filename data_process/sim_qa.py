@@ -81,19 +81,21 @@ def build_sim(cfg: SimConfig) -> dict[str, int]:
 
 def parse_args(argv: list[str] | None = None) -> SimConfig:
     p = argparse.ArgumentParser(prog="python -m data_process.sim_qa", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default="data/sim")
+    p.add_argument("--out-dir", default="data/sim", help="where train/val/test.parquet are written")
     p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml whose models the prompt lists")
     p.add_argument("--include-unseen", action="store_true", help="also list the models marked unseen")
-    p.add_argument("--turn-budget", type=budget_arg, default=None)
-    p.add_argument("--prompt-template", default=None)
+    p.add_argument("--turn-budget", type=budget_arg, default=None,
+                   help="state this turn budget in every prompt (AdaTurn data)")
+    p.add_argument("--prompt-template", default=None,
+                   help="template file of the prompts (the oracle's prompt_template.txt for the embedded default; default: the default template)")
     p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
     p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
                    help="entities per type of the world (must match the pool server's --world-entities)")
     p.add_argument("--seed", type=int, default=42, help="question sampling seed")
-    p.add_argument("--train-size", type=size_arg, default=2000)
-    p.add_argument("--val-size", type=size_arg, default=100)
-    p.add_argument("--test-size", type=size_arg, default=300)
-    p.add_argument("--two-hop-frac", type=float, default=0.4)
+    p.add_argument("--train-size", type=size_arg, default=2000, help="training questions")
+    p.add_argument("--val-size", type=size_arg, default=100, help="validation questions")
+    p.add_argument("--test-size", type=size_arg, default=300, help="test questions")
+    p.add_argument("--two-hop-frac", type=float, default=0.4, help="share of two-hop questions")
     return SimConfig(**vars(p.parse_args(argv)))
 
 

@@ -75,11 +75,11 @@ def table(stats: dict[str, dict], base_name: str = "base", new_name: str = "new"
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gramma.compare", description=__doc__.split("\n\n")[0])
-    p.add_argument("base")
-    p.add_argument("new")
+    p.add_argument("base", help="the baseline's trajectories JSONL")
+    p.add_argument("new", help="the compared run's trajectories JSONL")
     p.add_argument("--key", default="em", help="per-question field to compare (em, score, ...)")
-    p.add_argument("--boot", type=int, default=10000)
-    p.add_argument("--out", default=None)
+    p.add_argument("--boot", type=int, default=10000, help="bootstrap resamples of the paired difference")
+    p.add_argument("--out", default=None, help="write the comparison as JSON here")
     args = p.parse_args(argv)
     try:
         stats = compare(load(args.base), load(args.new), args.key, args.boot)

@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--trajectories", help="JSONL from gramma.graph_eval on the advice split (train or val)")
     src.add_argument("--bank", help="advice JSON written by the first form: put its advice into --data's prompts")
     p.add_argument("--data", help="with --bank: the question parquet to copy with advice")
-    p.add_argument("--out", required=True)
-    p.add_argument("--top", type=int, default=3)
+    p.add_argument("--out", required=True, help="output file (the advice JSON, or the parquet with advice)")
+    p.add_argument("--top", type=int, default=3, help="pieces of advice per question")
     p.add_argument("--per-kind", action="store_true", help="with --bank: advice from the same question kind")
     args = p.parse_args(argv)
     if args.bank:

@@ -59,16 +59,16 @@ def evaluate(checkpoint: str, env_cfg: GraphEnvConfig, data: str, batch_size: in
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gramma.graph_eval", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True)
-    p.add_argument("--graph", required=True)
+    p.add_argument("--data", required=True, help="question parquet")
+    p.add_argument("--graph", required=True, help="graph directory (entities + triples)")
     p.add_argument("--checkpoint", action="append", required=True, help="HF model dir (repeat to compare)")
-    p.add_argument("--out", default=None)
-    p.add_argument("--max-turns", type=int, default=6)
-    p.add_argument("--top-k", type=int, default=8)
-    p.add_argument("--response-length", type=int, default=48)
-    p.add_argument("--max-response-length", type=int, default=512)
-    p.add_argument("--max-obs-tokens", type=int, default=192)
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--out", default=None, help="write trajectories JSONL and summary here")
+    p.add_argument("--max-turns", type=int, default=6, help="generations per episode (the last must STOP)")
+    p.add_argument("--top-k", type=int, default=8, help="neighbours shown per EXPAND")
+    p.add_argument("--response-length", type=int, default=48, help="tokens per generated turn")
+    p.add_argument("--max-response-length", type=int, default=512, help="tokens of all turns and observations")
+    p.add_argument("--max-obs-tokens", type=int, default=192, help="tokens per observation")
+    p.add_argument("--limit", type=int, default=None, help="first N questions")
     args = p.parse_args(argv)
     cfg = GraphEnvConfig(graph_dir=args.graph, max_turns=args.max_turns, response_length=args.response_length,
                          max_response_length=args.max_response_length, max_obs_tokens=args.max_obs_tokens,

@@ -129,7 +129,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--budgets", required=True, help="eval_budgets.py's budgets.json")
     p.add_argument("--metrics", action="append", default=[], metavar="MODE=JSONL", help="a training run's metrics")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="output directory of the comparison")
     a = p.parse_args()
     doc = json.loads(Path(a.budgets).read_text())
     metrics = {}

@@ -30,12 +30,12 @@ def simulate(rng, prompts: int, n: int, max_budget: int, engines: int, turn_s: f
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--prompts", type=int, default=64, help="prompts per simulated batch")
     p.add_argument("--n", type=int, default=5, help="samples per prompt")
-    p.add_argument("--trials", type=int, default=200)
+    p.add_argument("--trials", type=int, default=200, help="batches drawn")
     p.add_argument("--turn-s", type=float, default=1.0, help="seconds per turn")
     p.add_argument("--noise", type=float, default=0.3, help="sigma of the lognormal noise on a request's time")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws")
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
     print(f"{args.prompts} prompts x {args.n} samples, {args.trials} trials, per-turn {args.turn_s}s, "

@@ -46,7 +46,7 @@ def best_rate(fn, path: Path, repeats: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mb", type=int, default=1024, help="test file size in MB")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats per size")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "shard.bin"

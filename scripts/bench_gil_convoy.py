@@ -34,8 +34,9 @@ def python_work(stop: threading.Event) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ops", type=int, default=20000)
-    p.add_argument("--intervals", type=float, nargs="+", default=[0.005, 0.0005, 0.0001])
+    p.add_argument("--ops", type=int, default=20000, help="small torch ops timed per setting")
+    p.add_argument("--intervals", type=float, nargs="+", default=[0.005, 0.0005, 0.0001],
+                   help="Python switch intervals (s) to try")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     x = torch.zeros(8)

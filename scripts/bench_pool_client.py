@@ -94,8 +94,8 @@ async def bench(registry: ModelRegistry, model: str, n: int, concurrency: int, r
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1000, help="calls per round")
-    ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=32, help="calls in flight per endpoint")
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds")
     ap.add_argument("--pool", default="configs/pool/sim.yaml",
                     help="pool yaml: the registry, and the simulated server's pool")
     ap.add_argument("--model", default=None, help="pool model to call (default: the first one)")

@@ -122,10 +122,11 @@ def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES))
-    p.add_argument("--batch", nargs="+", type=int, default=[64, 256])
-    p.add_argument("--prompt-len", type=int, default=512)
-    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES),
+                   help="model shapes to time")
+    p.add_argument("--batch", nargs="+", type=int, default=[64, 256], help="batch sizes to time")
+    p.add_argument("--prompt-len", type=int, default=512, help="prompt tokens per row")
+    p.add_argument("--new-tokens", type=int, default=256, help="tokens generated per row")
     p.add_argument("--skip-loop", action="store_true", help="do not time the plain HFRollout loop")
     p.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny shape, small batch")
     p.add_argument("--profile", action="store_true", help="time prefill and one decode step; top CUDA kernels")

@@ -260,19 +260,19 @@ def run_once(mode: str, url: str, tok, rows, script: Script | None, args, real: 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=64, help="episodes per step")
     p.add_argument("--latency-scale", type=float, default=2.0,
                    help="x the sim profiles' latency (the 70B expert: ~1.3 s median at 2, tail x6)")
     p.add_argument("--step-ms", type=float, default=5.0, help="fixed milliseconds per decode step")
     p.add_argument("--step-row-us", type=float, default=25.0, help="extra microseconds per row in a step")
     p.add_argument("--prefill-us", type=float, default=10.0, help="microseconds per prefilled token")
     p.add_argument("--chunk", type=int, default=8, help="continuous: decode steps between joins")
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2, help="timed repeats per mode")
     p.add_argument("--concurrency", type=int, default=128, help="client's concurrent calls per endpoint")
     p.add_argument("--min-ready", type=float, default=0.5, help="overlap: env.overlap_min_ready")
     p.add_argument("--max-wait", type=float, default=0.5, help="overlap: env.overlap_max_wait_s")
-    p.add_argument("--two-hop-frac", type=float, default=0.5)
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--two-hop-frac", type=float, default=0.5, help="share of two-hop questions")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated schedules to time")
     p.add_argument("--response-length", type=int, default=128, help="tokens per generated turn")
     p.add_argument("--max-obs-length", type=int, default=64, help="tokens per <information> block")
     p.add_argument("--steps", type=int, default=4, help="streaming: training steps per mode and repeat")

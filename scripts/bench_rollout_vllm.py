@@ -41,14 +41,15 @@ def logprob_gap(model, prompts, outs) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES))
-    p.add_argument("--batch", nargs="+", type=int, default=[64, 256])
-    p.add_argument("--prompt-len", type=int, default=512)
-    p.add_argument("--new-tokens", type=int, default=256)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.35)
+    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES),
+                   help="model shapes to time")
+    p.add_argument("--batch", nargs="+", type=int, default=[64, 256], help="batch sizes to time")
+    p.add_argument("--prompt-len", type=int, default=512, help="prompt tokens per row")
+    p.add_argument("--new-tokens", type=int, default=256, help="tokens generated per row")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.35, help="vLLM's share of GPU memory")
     p.add_argument("--skip-generate", action="store_true", help="do not time transformers generate")
-    p.add_argument("--workdir", default="/tmp/bench_vllm")
-    p.add_argument("--out", default=None)
+    p.add_argument("--workdir", default="/tmp/bench_vllm", help="where the random-weight models are written")
+    p.add_argument("--out", default=None, help="write the timings as JSON here")
     args = p.parse_args()
     results = []
     for shape in args.shape:

@@ -61,22 +61,24 @@ SHAPES = {
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-3b")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-3b", help="model shape to time")
     p.add_argument("--tiny", action="store_true", help="tiny model and batch; runs on CPU in seconds")
     p.add_argument("--rows", type=int, default=64, help="trajectories in the batch (the reference: 64 per step)")
     p.add_argument("--mini-batch", type=int, default=32, help="rows per optimizer step")
-    p.add_argument("--prompt", type=int, nargs=2, default=(256, 1024), metavar=("MIN", "MAX"))
-    p.add_argument("--response", type=int, nargs=2, default=(64, 1024), metavar=("MIN", "MAX"))
-    p.add_argument("--ref-micro-batch-size", type=int, default=8)
+    p.add_argument("--prompt", type=int, nargs=2, default=(256, 1024), metavar=("MIN", "MAX"),
+                   help="prompt length range (tokens)")
+    p.add_argument("--response", type=int, nargs=2, default=(64, 1024), metavar=("MIN", "MAX"),
+                   help="response length range (tokens)")
+    p.add_argument("--ref-micro-batch-size", type=int, default=8, help="the reference implementation's micro-batch")
     p.add_argument("--ours", default="1:32768:65536,1:16384:65536,0:8192:65536,0:12288:65536",
                    help="variants of ours, comma-separated CKPT:TRAIN_TOKENS:LOG_PROB_TOKENS[:COMPILE] (CKPT, "
                         "COMPILE 1/0)")
     p.add_argument("--chunk", type=int, default=2048, help="ours: positions per float32 logits chunk")
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--iters", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up updates")
+    p.add_argument("--iters", type=int, default=2, help="timed updates")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H200 SXM: 989)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--seed", type=int, default=0, help="seed of the lengths and weights")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     p.add_argument("--lora-rank", type=int, default=0, help="> 0: compare full fine-tuning with LoRA of this rank")
     p.add_argument("--lora-alpha", type=float, default=None, help="LoRA alpha (default 2 * rank)")

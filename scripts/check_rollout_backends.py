@@ -35,12 +35,12 @@ class WithoutCudnn:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="HF model dir or hub id")
     p.add_argument("--tokenizer", default=None, help="default: the model")
     p.add_argument("--data", required=True, help="a parquet with a chat 'prompt' column")
     p.add_argument("--n", type=int, default=8, help="prompts")
-    p.add_argument("--new-tokens", type=int, default=48)
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--new-tokens", type=int, default=48, help="tokens generated per prompt")
+    p.add_argument("--dtype", default="float32", help="weights' dtype (float32 compares exactly)")
     p.add_argument("--compile", action="store_true", help="hf_static with rollout.compile=true")
     p.add_argument("--hf-batch", type=int, default=64, help="hf's max_batch_size (rows per chunk)")
     args = p.parse_args(argv)

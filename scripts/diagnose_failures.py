@@ -99,8 +99,8 @@ def classify(world: SimWorld, rec: dict) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("trajectories")
-    ap.add_argument("--world-seed", type=int, default=0)
+    ap.add_argument("trajectories", help="trajectories.jsonl of an evaluation")
+    ap.add_argument("--world-seed", type=int, default=0, help="seed of the simulated world the data came from")
     args = ap.parse_args(argv)
     world = SimWorld(seed=args.world_seed)
     runs: dict[str, list[dict]] = collections.defaultdict(list)

@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     add_flags(p, EnvOverrides)
     p.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.3, 0.6, 0.9],
                    help="told to the conditioned model")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="output directory (summary.json, trajectories.jsonl, pareto.png)")
     p.add_argument("--only-conditioned", action="store_true", help="evaluate the conditioned model (and SFT) only")
     a = p.parse_args(argv)
     rows = stratified(load_rows(find_data_files([a.data])), a.n)

@@ -105,12 +105,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="budget-aware checkpoint (repeatable)")
     p.add_argument("--plain", action="append", default=[], metavar="[LABEL=]DIR",
                    help="checkpoint trained without budgets (repeatable)")
-    p.add_argument("--data", nargs="+", default=[])
+    p.add_argument("--data", nargs="+", default=[], help="test parquet file(s)")
     p.add_argument("--merge", nargs="+", default=[], metavar="BUDGETS_JSON",
                    help="no evaluation: join the rows of earlier budgets.json files into one table and plot")
-    p.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4, 8])
-    p.add_argument("--modes", nargs="+", choices=("end", "forced"), default=["end", "forced"])
-    p.add_argument("--out", default="outputs/eval_budgets")
+    p.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4, 8], help="turn budgets to evaluate")
+    p.add_argument("--modes", nargs="+", choices=("end", "forced"), default=["end", "forced"],
+                   help="what a route past the budget leads to")
+    p.add_argument("--out", default="outputs/eval_budgets", help="output directory")
     a = p.parse_args(argv)
     out = Path(a.out)
     if a.merge:

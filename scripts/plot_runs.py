@@ -48,8 +48,8 @@ def smooth(values: list[float], window: int) -> list[float]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", action="append", required=True, help="LABEL=metrics.jsonl (repeatable)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--window", type=int, default=5)
+    p.add_argument("--out", required=True, help="the PNG to write")
+    p.add_argument("--window", type=int, default=5, help="steps of the moving average drawn over each curve")
     args = p.parse_args(argv)
     runs = []
     for spec in args.run:

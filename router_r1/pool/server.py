@@ -271,10 +271,11 @@ class ServerThread:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m router_r1.pool.server", description=__doc__.splitlines()[0])
-    p.add_argument("--backend", choices=("sim", "hf"), default="sim")
+    p.add_argument("--backend", choices=("sim", "hf"), default="sim",
+                   help="sim (the simulated world's experts) or hf (local transformers models)")
     p.add_argument("--pool", default="configs/pool/sim.yaml", help="pool yaml with sim: profiles (sim backend)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--seed", type=int, default=0, help="world and latency seed (sim backend)")
     p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
                    help="entities per type of the simulated world (sim backend; the data must use the same)")
@@ -293,13 +294,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-prompt-tokens", type=int, default=8192,
                    help="longer prompts get 400 context_length_exceeded before they reach the model (hf backend)")
     ServerSettings.add_args(p)
-    p.add_argument("--error-rate", type=float, default=0.0)
-    p.add_argument("--rate-limit-rate", type=float, default=0.0)
-    p.add_argument("--timeout-rate", type=float, default=0.0)
-    p.add_argument("--slow-rate", type=float, default=0.0)
-    p.add_argument("--hang-s", type=float, default=60.0)
-    p.add_argument("--slow-s", type=float, default=2.0)
-    p.add_argument("--fault-seed", type=int, default=0)
+    p.add_argument("--error-rate", type=float, default=0.0,
+                   help="share of requests answered HTTP 500 (fault injection)")
+    p.add_argument("--rate-limit-rate", type=float, default=0.0, help="share answered 429 with Retry-After")
+    p.add_argument("--timeout-rate", type=float, default=0.0, help="share that hang for --hang-s before answering")
+    p.add_argument("--slow-rate", type=float, default=0.0, help="share answered after --slow-s")
+    p.add_argument("--hang-s", type=float, default=60.0, help="seconds a hanging request waits")
+    p.add_argument("--slow-s", type=float, default=2.0, help="seconds a slow request waits")
+    p.add_argument("--fault-seed", type=int, default=0, help="seed of the fault draws (one per request)")
     p.add_argument("--token-env", metavar="VAR", help="require 'Authorization: Bearer $VAR' on every request")
     return p.parse_args(argv)
 
