@@ -128,3 +128,11 @@ def test_report_prints_the_path_it_wrote(tmp_path, capsys, monkeypatch):
     for out, written in [(tmp_path / "plot", tmp_path / "plot.png"), (tmp_path, tmp_path / "pareto.png")]:
         assert report.main([str(summary), "--out", str(out)]) == 0 and written.is_file()
         assert capsys.readouterr().out.strip().endswith(f"wrote {written}")
+
+
+def test_table_of_a_summary_read_back_with_nulls():
+    """summary.json writes nan as null: a run that made no call has a null entropy and null stages."""
+    r = summary_run("PPO router", "router", stages={"copy_ok": None, "format_ok": 0.0})
+    r["overall"] = {**r["overall"], "routing_entropy_bits": None}
+    share = next(x for x in report.format_table([r]).splitlines()[::-1] if x.startswith("PPO router"))
+    assert share.split()[-1] == "-"

@@ -158,6 +158,7 @@ def _paired_table(runs: list[dict], lw: int) -> list[str]:
     if not compared:
         return []
     ref = compared[0]["vs_router"]["reference"]
+    lw = max(lw, len("against " + ref))
     head = f"{'against ' + ref:<{lw}} {'n':>5} {'EM - router [95% CI]':>28} {'cost - router 1e-6$ [95% CI]':>32}  verdict"
     lines = ["", f"Paired against the router {ref} on the same questions (bootstrap over questions; a CI that "
              "excludes 0 is a difference beyond noise):", head, "-" * len(head)]
@@ -214,7 +215,8 @@ def _share_table(runs: list[dict], lw: int, sw: int) -> list[str]:
              "models: an even spread; - : no calls).", head, "-" * len(head)]
     for run in runs:
         for source, m in _named_groups(run):
-            h = m.get("routing_entropy_bits", math.nan)
+            h = m.get("routing_entropy_bits")
+            h = math.nan if h is None else h  # a summary.json read back holds null for nan
             lines.append(f"{_label(run):<{lw}} {source:<{sw}}"
                          + "".join(f" {m['model_share'].get(n, 0.0):>{w}.2f}" for n, w in zip(models, widths))
                          + (f" {h:>8.2f}" if h == h else f" {'-':>8}"))
