@@ -63,7 +63,7 @@ def run(label, points):
 
 
 @pytest.mark.parametrize("costs", [(40.0, 46.0, 55.0), (0.0, 3.0, 300.0), (2.54, 6.41, 30.3, 57.65, 24.5),
-                                   (0.3, 0.5), (31.8,)])
+                                   (0.3, 0.5), (31.8,), (0.0, 14.2, 56.0, 66.6)])
 def test_pareto_cost_axis_has_several_plain_labels_inside_the_view(costs):
     fig = report.pareto_figure([run(f"r{i}", {"nq": (c, 0.3 + 0.1 * i), "hq": (c, 0.2)}) for i, c in enumerate(costs)])
     fig.canvas.draw()
@@ -72,9 +72,12 @@ def test_pareto_cost_axis_has_several_plain_labels_inside_the_view(costs):
         assert lo <= min(costs) and max(costs) <= hi  # every point in view
         shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi]
         assert len(shown) >= 3, (costs, ax.get_title(), shown)
-        # plain numbers (no "10^1" mathtext), increasing
+        # plain numbers (no "10^1" mathtext), increasing, and no two labels on top of each other
         values = [float(x.replace("\u2212", "-")) for x in shown]
         assert values == sorted(values), shown
+        boxes = sorted(t.get_window_extent().x0 for t in ax.get_xticklabels() if t.get_text())
+        ends = sorted(t.get_window_extent().x1 for t in ax.get_xticklabels() if t.get_text())
+        assert all(e < b for e, b in zip(ends, boxes[1:])), (costs, shown)
 
 
 def test_cost_ticks_cover_the_data_in_round_steps():

@@ -289,14 +289,14 @@ def png_path(out: str | Path) -> Path:
 
 def cost_ticks(costs: list[float]) -> list[float]:
     """Tick positions for the log cost axis: 1-2-5 steps (decades when the costs span over two decades,
-    1-1.5-2-3-5-7 under one) that cover the paid costs, and 0 when a method is free; always at least three
-    paid ones, never only a decade label."""
+    1-1.5-2-3-5-7 under one unless a free method shares the axis) that cover the paid costs, and 0 when a
+    method is free; always at least three paid ones, never only a decade label."""
     paid = [c for c in costs if c > 0]
     ticks = [0.0] if any(c <= 0 for c in costs) or not paid else []
     if not paid:
         return ticks + [1.0]
     lo, hi = min(paid), max(paid)
-    steps = (1,) if hi >= 100 * lo else (1, 2, 5) if hi >= 10 * lo else (1, 1.5, 2, 3, 5, 7)
+    steps = (1,) if hi >= 100 * lo else (1, 2, 5) if hi >= 10 * lo or ticks else (1, 1.5, 2, 3, 5, 7)
     cands = [float(f"{m * 10.0 ** k:.6g}") for k in range(math.floor(math.log10(lo)) - 1,
                                                           math.ceil(math.log10(hi)) + 2) for m in steps]
     inside = [c for c in cands if lo / 1.5 <= c <= hi * 1.5]
@@ -316,6 +316,10 @@ def _readable_cost_axis(ax, costs: list[float]) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     ticks = cost_ticks(costs)
+    paid_ticks = [t for t in ticks if t > 0]
+    # symlog: a free method (cost 0) sits on the axis next to paid ones; linear up to the first paid tick,
+    # so the paid ones get the room of a log axis (at linthresh 1 costs of 10-100 were squeezed together)
+    ax.set_xscale("symlog", linthresh=min(paid_ticks + [c for c in costs if c > 0]) if paid_ticks else 1.0)
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -363,8 +367,6 @@ def pareto_figure(runs: list[dict]):
         front = [pts[i] for i in pareto_front(pts)]
         if len(front) > 1:
             ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="grey", lw=1, ls="--")
-        # symlog: a free method (cost 0) sits on the axis next to paid ones
-        ax.set_xscale("symlog", linthresh=1.0)
         _readable_cost_axis(ax, [p[0] for p in pts])
         ax.set_title(panel, fontsize=10)
         ax.set_xlabel("mean cost per question (1e-6 USD)")
