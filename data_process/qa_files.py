@@ -31,7 +31,7 @@ class RawRow:
     problem: str | None = None  # set when record is None
 
 
-def read_jsonl(path: Path) -> Iterator[RawRow]:
+def raw_jsonl_rows(path: Path) -> Iterator[RawRow]:
     """Every non-blank line of a jsonl file; bad bytes or JSON make a RawRow with a problem."""
     with open(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
@@ -77,7 +77,7 @@ def read_parquet(path: Path) -> Iterator[RawRow]:
 def read_file(path: Path) -> list[RawRow]:
     if path.suffix == ".parquet":
         return list(read_parquet(path))
-    return list(read_jsonl(path))
+    return list(raw_jsonl_rows(path))
 
 
 def gold_key(rows: list[RawRow]) -> str | None:

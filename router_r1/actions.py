@@ -115,12 +115,9 @@ def parse_action(turn_text: str, registry: ModelRegistry) -> Action:
 
 
 def clean_text(text: str) -> str:
-    """Replace lone UTF-16 surrogates (valid in JSON as "\\ud800", not encodable) by U+FFFD; pairs are joined.
-
-    Foreign text reaches the tokenizer and the JSONL dumps, and both refuse surrogates.
-    The pool client cleans replies where they enter; this keeps observation building safe
-    on its own.
-    """
+    """Foreign text as valid Unicode: a lone UTF-16 surrogate (valid JSON `"\\ud800"`, but no character) becomes
+    U+FFFD, a pair is joined. Tokenizers and UTF-8 files refuse surrogates; the pool client cleans replies where
+    they enter (router_r1/pool/client.py), observation building again on its own."""
     try:
         text.encode("utf-8")
         return text

@@ -200,7 +200,7 @@ def _flag(body: dict, key: str, prefix: str = "") -> bool:
     return bool(value)
 
 
-def make_app(service: RouterService, token: str | None = None,
+def make_router_app(service: RouterService, token: str | None = None,
              settings: ServerSettings | None = None) -> web.Application:
     """The aiohttp application serving `service` under /v1."""
     settings = settings or ServerSettings()
@@ -274,7 +274,7 @@ class RouterServerThread(ServerThread):
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        runner, self.port = await start_site(make_app(self.backend, self._token, self._settings), self.host,
+        runner, self.port = await start_site(make_router_app(self.backend, self._token, self._settings), self.host,
                                              self.port, self._settings)
         self._ready.set()
         try:
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _serve_forever(service: RouterService, host: str, port: int, token: str | None,
                          settings: ServerSettings) -> None:
-    await serve_until_signal(make_app(service, token, settings), host, port,
+    await serve_until_signal(make_router_app(service, token, settings), host, port,
                              f"router server listening on {{url}} (auth {'on' if token else 'off'})", settings)
 
 

@@ -14,6 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
+from verl.trainer.tracking import read_jsonl
+
 CURVES = [  # (title, key); train keys are per step over 64 sampled episodes, val keys every test_freq steps
     ("train reward (sampled)", "reward/mean"),
     ("train forced rate", "forced/mean"),
@@ -25,8 +27,9 @@ CURVES = [  # (title, key); train keys are per step over 64 sampled episodes, va
 EVAL_PANELS = [("EM", "em"), ("unanswered (budget or length ran out)", "truncated"), ("pool calls / question", "calls")]
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def metrics_rows(path: Path) -> list[dict]:
+    """A run's metrics.jsonl rows (verl.trainer.tracking.read_jsonl); an empty file is an error naming it."""
+    rows = read_jsonl(path)
     if not rows:
         raise ValueError(f"{path}: no metrics rows")
     return rows
@@ -137,7 +140,7 @@ def main() -> None:
         mode, eq, path = arg.partition("=")
         if not eq:
             raise SystemExit(f"--metrics wants MODE=JSONL, got {arg!r}")
-        metrics[mode] = read_jsonl(Path(path))
+        metrics[mode] = metrics_rows(Path(path))
     summaries = {m: curve_summary(rows) for m, rows in metrics.items()}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

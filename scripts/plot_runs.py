@@ -9,8 +9,9 @@ Training metrics (sampled rollouts, 32 per step) are smoothed with a moving aver
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from verl.trainer.tracking import read_jsonl
 
 BIG = "Mixtral-8x22B-Instruct"  # the strongest and dearest generalist, the cautious annotator's choice
 PANELS = [  # (title, key, scale)
@@ -29,8 +30,9 @@ PANELS = [  # (title, key, scale)
 ]
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def metrics_rows(path: Path) -> list[dict]:
+    """A run's metrics.jsonl rows (verl.trainer.tracking.read_jsonl); an empty file is an error naming it."""
+    rows = read_jsonl(path)
     if not rows:
         raise ValueError(f"{path}: no metrics rows")
     return rows
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         label, sep, path = spec.partition("=")
         if not sep:
             raise SystemExit(f"--run {spec!r}: expected LABEL=path")
-        runs.append((label, read_jsonl(Path(path))))
+        runs.append((label, metrics_rows(Path(path))))
 
     import matplotlib
     matplotlib.use("Agg")

@@ -51,6 +51,7 @@ from router_r1.eval import routing_baselines
 from router_r1.eval.baselines import (DIRECT_MAX_TURNS, ROUTER_KINDS, Baseline, BaselineError, direct_messages,
                                       parse_baselines, prompt_llm_episodes, single_model_episodes)
 from router_r1.flags import from_args, parser_for
+from router_r1.pool.health import PoolFailureError
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.sim_truth import SimTruth
 from router_r1.prompts import build_router_prompt
@@ -77,10 +78,6 @@ NOTES = {
                    "compare runs by raw cost",
     "reply_answer": "largest/single/prompt-llm answer with the first sentence of the pool reply",
 }
-
-
-class PoolFailureError(RuntimeError):
-    """A run's pool calls failed more often than allowed; the message gives the rate and the error kinds."""
 
 
 USER_ERRORS = (*LOAD_ERRORS, BaselineError)

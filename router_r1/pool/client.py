@@ -34,7 +34,6 @@ import json
 import logging
 import math
 import random
-import re
 import threading
 import time
 import weakref
@@ -44,6 +43,7 @@ from typing import Callable, Iterable
 import httpx2  # the HTTP library under openai's SDK: a body read by us raises its errors
 import openai
 
+from router_r1.actions import clean_text
 from router_r1.pool.cache import CachedReply, ResponseCache, cache_key
 from router_r1.pool.registry import ModelRegistry, ModelSpec
 from router_r1.prompts import submodel_messages
@@ -173,15 +173,6 @@ def classify(exc: BaseException) -> str:
     if isinstance(exc, httpx2.TransportError):  # e.g. the connection closed inside the body
         return "connection"
     return "bad_response"  # APIResponseValidationError, an undecodable body and other malformed replies
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def clean_text(text: str) -> str:
-    """Pool text as valid Unicode: a lone UTF-16 surrogate (valid JSON `"\\ud800"`, but no character)
-    becomes U+FFFD, so tokenizers, UTF-8 files and the report never meet it."""
-    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def _is_count(x: object) -> bool:

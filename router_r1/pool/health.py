@@ -19,7 +19,8 @@ import numpy as np
 
 
 class PoolFailureError(RuntimeError):
-    """The pool failed more often than allowed for too long; the message says how and what to check."""
+    """A run's pool calls failed more often than allowed (training: for too long; evaluation: any run of it);
+    the message gives the rate, the error kinds and what to check."""
 
 
 def call_stats(turns: list[list[dict]]) -> dict:

@@ -40,7 +40,7 @@ from router_r1.pool.openai_http import (MODEL_KEY, ServerSettings, application, 
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import DEFAULT_ENTITIES, SimWorld
 
-__all__ = ["Backend", "FaultConfig", "Overloaded", "ServerSettings", "ServerThread", "SimBackend", "make_app",
+__all__ = ["Backend", "FaultConfig", "Overloaded", "ServerSettings", "ServerThread", "SimBackend", "make_pool_app",
            "main"]
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ def parse_chat_request(body: object) -> ChatRequest:
     return ChatRequest(model, messages, temperature, max_tokens, chat_fields.seed(body))
 
 
-def make_app(backend: Backend, token: str | None = None, faults: FaultConfig | None = None,
+def make_pool_app(backend: Backend, token: str | None = None, faults: FaultConfig | None = None,
              settings: ServerSettings | None = None) -> web.Application:
     """The aiohttp application serving `backend` under /v1."""
     faults = faults or FaultConfig()
@@ -246,7 +246,7 @@ class ServerThread:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        app = make_app(self.backend, self._token, self._faults, self._settings)
+        app = make_pool_app(self.backend, self._token, self._faults, self._settings)
         runner, self.port = await start_site(app, self.host, self.port, self._settings)
         self._ready.set()
         try:
@@ -333,7 +333,7 @@ def _build_backend(args: argparse.Namespace) -> Backend:
 
 async def _serve_forever(backend: Backend, args: argparse.Namespace, token: str | None, faults: FaultConfig,
                          settings: ServerSettings) -> None:
-    app = make_app(backend, token, faults, settings)
+    app = make_pool_app(backend, token, faults, settings)
     await serve_until_signal(app, args.host, args.port, "pool server listening on {url}", settings)
 
 

@@ -61,6 +61,8 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory for weights and KV cache
     tensor_parallel_size: int = 1  # vllm: GPUs per engine
     enforce_eager: bool = False  # vllm: no CUDA graphs (debugging)
+    enable_sleep_mode: bool = True  # vllm: release the KV cache and the weights while the actor and critic train, restore them for the next rollout
+    sleep_level: int = 1  # vllm, with enable_sleep_mode: 1 keeps the weights in CPU memory while asleep, 2 drops them (each step's weight sync sends every parameter back)
     in_flight: int = 0  # streaming rollouts (0: off, each step plays its own batch): prompt groups (rollout.n episodes each) kept in play; a step trains on the first data.train_batch_size that finish, the rest carry over (bounded by trainer.max_staleness, weighted by algorithm.rollout_is_cap); try 2x data.train_batch_size. Needs an env with rollout_async; not with dynamic sampling, off_policy_steps or torchrun ranks
     val_greedy: bool = True  # validation decodes greedily (and really does)
     val_temperature: float = 0.0  # validation temperature when val_greedy is false

@@ -58,7 +58,7 @@ class ActorConfig:
     use_kl_loss: bool = False  # GRPO-style KL(policy || ref) in the loss (instead of, or besides, KL in the reward)
     kl_loss_coef: float = 0.001  # weight of that KL term (used only with use_kl_loss)
     kl_loss_type: str = "k3"  # KL estimator of the loss term: k1 | abs | k2 | k3 | low_var_kl
-    loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-sum | seq-mean-token-mean
+    loss_agg_mode: str = "token-mean"  # how the loss averages (verl/algos/losses.py agg_loss): token-mean (over every policy token, DAPO) | seq-mean-token-sum (each sequence's token sum, mean over sequences) | seq-mean-token-mean (each sequence's token mean, mean over sequences) | seq-mean-token-sum-norm (token sums / response length, mean over all sequences: Dr. GRPO)
     sft_context_loss_weight: float = 0.0  # trainer.mode=sft: add W x the next-token loss on prompt and environment tokens (0: policy tokens only). A model trained from scratch needs it (W=1) to learn to copy names; RL never trains those tokens
     param_offload: bool = False  # FSDP2 CPUOffloadPolicy (world size > 1): params, grads and optimizer state live on CPU
     lora: LoraConfig = field(default_factory=LoraConfig)  # LoRA adapters instead of full fine-tuning (verl/workers/lora.py); the reference is then the actor with its adapters off (no second copy)
@@ -77,7 +77,7 @@ class CriticConfig:
     ppo_mini_batch_size: int = 4  # trajectories per optimizer step, over all ranks
     ppo_micro_batch_size: int = 2  # trajectories per forward/backward (actor.max_tokens_per_micro_batch overrides)
     cliprange_value: float = 0.5  # value clipping around the old values
-    loss_agg_mode: str = "token-mean"  # how the value loss averages: token-mean | seq-mean-token-sum | seq-mean-token-mean
+    loss_agg_mode: str = "token-mean"  # how the value loss averages: token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm (actor.loss_agg_mode says what each does)
     warmup_steps: int = 0  # critic-only steps: actor updates start after this many steps (not an lr warmup)
     lora: LoraConfig = field(default_factory=LoraConfig)  # as actor.lora; the value head trains in full beside the adapters
 

@@ -144,10 +144,6 @@ def lora_layers(model: nn.Module) -> Iterator[tuple[str, LoraLinear]]:
             yield name, m
 
 
-def has_lora(model: nn.Module) -> bool:
-    return next(lora_layers(model), None) is not None
-
-
 @contextlib.contextmanager
 def adapters_disabled(model: nn.Module):
     """The base model for the duration (the reference policy of a LoRA run)."""
