@@ -108,3 +108,10 @@ def test_checkpoints_carry_the_prompt_template_and_resume_names_changed_keys(tmp
     assert "actor.lr: 1e-06 -> 3e-06" in out and "trainer.total_steps: 1 -> 2" in out
     with pytest.raises(ValueError, match="data.prompt_template: cannot read"):
         save_run_config(config(f"data.prompt_template={tmp_path / 'missing.txt'}"), tmp_path / "x")
+
+
+def test_a_conditioned_run_is_evaluated_at_its_first_alpha_unless_told(tmp_path):
+    """Its env.alpha (the unconditioned reward's, 0 by default) is no alpha it was trained to be told."""
+    ckpt = trained(tmp_path, "a", "env.alphas=[0.3,0.9]")
+    assert with_training_shape(EvalConfig(data=["x"], checkpoints=[ckpt]), log=lambda m: None).alpha == 0.3
+    assert with_training_shape(EvalConfig(data=["x"], checkpoints=[ckpt], alpha=0.9), log=lambda m: None).alpha == 0.9

@@ -351,7 +351,8 @@ def _trained_as(checkpoint: str) -> str | None:
 
 def conditioned_alpha(checkpoint: str | None, cfg: EvalConfig) -> float | None:
     """The alpha an alpha-conditioned checkpoint (env.alphas in its run_config.yaml) is told in each prompt:
-    --alpha, else its run's first alpha; None for any other checkpoint (its rows' prompts are used as given)."""
+    --alpha, else its run's first alpha (with_training_shape); None for any other checkpoint (its rows' prompts
+    are used as given)."""
     env = trained_env(checkpoint).env if checkpoint else None
     if env is None or not env.alphas:
         return None
@@ -468,6 +469,9 @@ def with_training_shape(cfg: EvalConfig, log=print) -> EvalConfig:
     schedule (reproducible)."""
     if not cfg.is_greedy and cfg.schedule is None:
         cfg = replace(cfg, schedule="sync")
+    conditioned = [t.env.alphas for t in map(trained_env, cfg.checkpoints) if t.saved and t.env.alphas]
+    if cfg.alpha is None and conditioned:  # told in its prompts and scored with: its run's first alpha, as served
+        cfg = replace(cfg, alpha=float(conditioned[0][0]))
     env = resolve_env(cfg.checkpoints, cfg, log)
     return replace(cfg, env=env, **{f.name: getattr(env, f.name) for f in fields(EnvOverrides)})
 
