@@ -66,7 +66,6 @@ from verl.workers.rollout.slot_engine import SlotEngine  # noqa: E402
 SIM = ROOT / "configs" / "pool" / "sim.yaml"
 ROUTE_TO = "LLaMA-3.1-70B-Instruct"
 MODES = ("sync", "overlap", "per-episode", "continuous", "streaming")
-STEP_MODES = ("sync", "continuous", "streaming")  # what the streaming comparison runs, per training step
 THINK = "I should ask a bigger model about this part of the question before I answer it."
 
 
@@ -280,6 +279,7 @@ def main() -> None:
                    help="streaming: seconds of emulated update per step (the H200 270M pipeline's training ~2.5 s)")
     p.add_argument("--in-flight", type=float, default=2.0, help="streaming: episodes in play, x the batch")
     p.add_argument("--max-staleness", type=int, default=1, help="streaming: trainer.max_staleness")
+    p.add_argument("--baselines", default="sync,continuous", help="streaming: the step modes it is compared with")
     p.add_argument("--model", default=None, help="an HF model directory: decode it with hf_static instead")
     p.add_argument("--device", default="cpu", help="--model: the device it decodes on")
     p.add_argument("--max-model-len", type=int, default=4096, help="--model: hf_static's cache length")
@@ -311,7 +311,10 @@ def main() -> None:
         rows = [PromptRow([i // 256, i % 256] + body, f"q{i}", {}) for i in range(len(questions))]
         script = Script(tok, questions, prompt_len=2 + len(body))
     runs: dict[str, list[dict]] = {m: [] for m in roll}
-    steps: dict[str, list[dict]] = {m: [] for m in (STEP_MODES if "streaming" in modes else ())}
+    step_modes = [*args.baselines.split(","), "streaming"] if "streaming" in modes else []
+    if step_modes and ("sync" not in step_modes or not set(step_modes) <= {"sync", "continuous", "streaming"}):
+        raise SystemExit(f"--baselines: sync, and continuous if wanted; got {args.baselines!r}")
+    steps: dict[str, list[dict]] = {m: [] for m in step_modes}
     for rep in range(args.repeats):
         for mode in roll:  # interleaved, so drift hits every mode
             with ServerThread(SimBackend.from_pool_yaml(SIM, seed=rep, latency_scale=args.latency_scale)) as srv:
@@ -340,10 +343,10 @@ def report_steps(steps: dict[str, list[dict]], args) -> None:
         dropped = statistics.mean(r["dropped"] for r in rs)
         print(f"{m:<12} {statistics.median(per):>8.2f} {' '.join(f'{x:.2f}' for x in per):>24} {wait:>14.2f} "
               f"{drain:>8.2f} {stale:>10.2f} {dropped:>8.1f}")
-    for base in ("sync", "continuous"):
+    for base in [m for m in steps if m != "streaming"]:
         ratios = [x["s"] / s["s"] for x, s in zip(steps[base], steps["streaming"])]
         print(f"  streaming vs {base}: per-repeat speedups " + " ".join(f"{x:.2f}" for x in ratios))
-    for base in ("sync", "continuous"):
+    for base in [m for m in steps if m != "streaming"]:
         ratios = [x["s"] / s["s"] for x, s in zip(steps[base], steps["streaming"])]
         print(f"speedup streaming vs {base}: {statistics.median(ratios):.2f}x")
 

@@ -1,11 +1,11 @@
 """Streaming rollouts: more prompts in play than one batch; each step trains on the first that finish.
 
-`StreamingRollout` keeps `in_flight` prompt groups (rollout.n episodes each) playing on an event loop
-(the env's own, where it has one) and hands `take(k, version)` the first k groups that finished;
-the others carry over to later steps. Decoding pauses while the trainer updates (`Gate`): the
-engine is drained before `take` returns and reopened by the next `take`, after the weights were
-synced, so the update never shares the interpreter with a decode loop, while pool calls (I/O, little
-Python) go on. An episode may therefore be sampled by several policy versions (a partial rollout:
+`StreamingRollout` keeps `in_flight` prompt groups (rollout.n episodes each) untrained, playing on an
+event loop (the env's own, where it has one) or finished, and hands `take(k, version)` the first k
+groups that finished; the others carry over to later steps and `take` admits new ones in their
+place. Decoding pauses while the trainer updates (`Gate`): the engine is drained before `take`
+returns and reopened by the next `take`, after the weights were synced, so the update never shares
+the interpreter with a decode loop, while pool calls (I/O, little Python) go on. An episode may therefore be sampled by several policy versions (a partial rollout:
 each turn's log-probs are the engine's at that time). Staleness is the current version minus the
 oldest that sampled a group; a group over `max_staleness` is dropped (finished or not) and counted.
 
@@ -137,6 +137,7 @@ class StreamingRollout:
     # ---- admission and completion (under the lock) ------------------------------------------
 
     def _admit(self, version: int) -> None:
+        """Start groups until `in_flight` are untrained (playing or finished): a bound on the work ahead."""
         while len(self.playing) + len(self.finished) < self.in_flight:
             if not self.queue:
                 self.queue = list(self.draw())
@@ -159,8 +160,7 @@ class StreamingRollout:
                 self._error = fut.exception()
             else:
                 g.result = fut.result()
-                self.finished.append(g)
-                self._admit(self.gate.version)
+                self.finished.append(g)  # still counts against in_flight until trained: take admits
             self._lock.notify_all()
 
     # ---- the trainer's side -------------------------------------------------------------------
