@@ -61,3 +61,11 @@ def test_the_actor_refuses_a_batch_without_its_temperature():
     data.meta.pop("temperature")
     with pytest.raises(ValueError, match="no 'temperature'"):
         make_actor().compute_log_prob(data)
+
+
+def test_greedy_training_rollouts_are_scored_at_temperature_1(tmp_path, monkeypatch):
+    """rollout.temperature=0 decodes greedily; its log-probs are the T=1 policy's, and the check accepts it."""
+    monkeypatch.chdir(ROOT)
+    run(config(tmp_path, "trainer.total_steps=1", "trainer.test_freq=0", "trainer.save_freq=0",
+               "trainer.val_before_train=false", "trainer.export_hf=false", "rollout.temperature=0"))
+    assert 1 in by_step(tmp_path / "metrics.jsonl")

@@ -472,7 +472,8 @@ class PPOTrainer:
         metrics["offpolicy/staleness"] = float(self.global_step - collected.version)  # updates since sampling
         with timer("train", metrics):
             mask = batch.batch["response_mask"].float()  # (batch, response_len)
-            if batch.meta.get("temperature") != cfg.rollout.temperature:
+            expected = SamplingParams(temperature=cfg.rollout.temperature).logprob_temperature  # greedy: 1
+            if batch.meta.get("temperature") != expected:
                 raise ValueError(f"the batch was sampled at temperature {batch.meta.get('temperature')!r} but "
                                  f"rollout.temperature is {cfg.rollout.temperature}: its log-probs and ratios "
                                  "would be computed for another policy")
