@@ -31,6 +31,7 @@ BENCH_BATCH=${BENCH_BATCH:-128}
 MODEL=${MODEL:-'{"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 2048, "tie_word_embeddings": true, "rope_theta": 10000.0}'}
 echo "$MODEL" > "$W/model.json"  # scripts/check_slot_rollout.py takes a file
 start=$(date +%s)
+source docs/results/h200/sim_warm_start.sh
 stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
 
 stage "wheels"
@@ -52,12 +53,7 @@ python3 -c "import torch, transformers; print('torch', torch.__version__, 'trans
 
 stage "warm start (skipped when $W/sft exists)"
 if [ ! -f "$W/sft/config.json" ]; then
-  $PY -m data_process.sim_oracle --out-dir "$W/oracle" --n "$N_ORACLE" --world-entities 150 --noise 0.3 --prefer-big 0.5 --report
-  $PY -m data_process.sim_qa --out-dir "$W/data" --prompt-template "$W/oracle/prompt_template.txt" --world-entities 150 \
-    --train-size 2000 --val-size 200 --test-size 300
-  $PY -m verl.trainer.sft --data "$W/oracle/oracle.parquet" --model "$MODEL" --tokenizer "$W/oracle/tokenizer" \
-    --out "$W/sft" --epochs "$SFT_EPOCHS" --lr 3e-4 --batch-size 32 --context-loss-weight 1.0 --device "$DEVICE" || exit 1
-  cp "$W/oracle/prompt_template.txt" "$W/sft/prompt_template.txt"
+  sim_warm_start || exit 1
   cp "$W/sft/metrics.jsonl" "$RES/sft_metrics.jsonl"
 fi
 
