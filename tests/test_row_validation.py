@@ -93,7 +93,10 @@ def test_trainer_rejects_a_bad_row_before_building_workers(tmp_path, monkeypatch
     monkeypatch.setattr(main_ppo, "build_groups", lambda *a, **k: pytest.fail("workers built before the data check"))
     with initialize_config_dir(main_ppo.CONFIG_DIR, version_base=None):
         cfg = compose("router_r1", overrides=[f"trainer.output_dir={tmp_path}", f"data.train_files=[{path}]",
-                                              "data.val_files=[]", "model.tokenizer=tiny"])
+                                              "data.val_files=[]", "model.tokenizer=tiny",
+                                              # past the preflight (GPU, vLLM, pool key) on a CPU machine
+                                              "trainer.device=cpu", "rollout.name=hf"])
+    monkeypatch.setenv("ROUTER_POOL_API_KEY", "not-used")
     with pytest.raises(DataError, match=rf"{path}: row 2: .*'an', which normalises to nothing"):
         main_ppo.run(cfg)
 
