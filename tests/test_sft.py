@@ -157,7 +157,7 @@ def test_time_limit_and_max_steps_stop_early_and_still_save(tmp_path, oracle, ca
 def test_cli_errors_are_clear(tmp_path, oracle, capsys):
     assert sft_main(["--data", str(tmp_path / "nope.parquet"), "--model", "{}", "--tokenizer",
                      str(oracle / "tokenizer"), "--out", str(tmp_path / "o")]) == 1
-    assert "nope.parquet: data file not found" in capsys.readouterr().err
+    assert "nope.parquet not found" in capsys.readouterr().err  # the preflight, before anything loads
     small = {**SMALL, "vocab_size": 10}
     assert sft_main(["--data", str(oracle / "oracle.parquet"), "--model", json.dumps(small), "--tokenizer",
                      str(oracle / "tokenizer"), "--out", str(tmp_path / "o")]) == 1

@@ -111,11 +111,12 @@ def to_config(args: argparse.Namespace) -> DictConfig:
 def main(argv: list[str] | None = None) -> int:
     from verl.trainer.main_ppo import run
     from verl.trainer.ppo_trainer import TrainingDivergedError
+    from verl.trainer.preflight import PreflightError
 
     args = parse_args(argv)
     try:
         run(to_config(args))
-    except (SFTDataError, TrainingDivergedError, ValueError, OSError) as e:
+    except (SFTDataError, TrainingDivergedError, PreflightError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     s = json.loads((Path(args.out) / "sft_summary.json").read_text())
