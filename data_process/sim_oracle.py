@@ -27,12 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
+from data_process.name_swap import NameClasses
+from data_process.name_swap import apply as apply_names
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.sim_backend import SimBackend
@@ -77,6 +80,9 @@ class OracleConfig:
     # Hold the names' embedding rows at their random start (model.config.frozen_token_ids): the policy
     # learns to copy names in general, also those the SFT data never showed (about 1 test question in 5)
     freeze_names: bool = False
+    # Share of trajectories whose names are renamed, consistently, to other names of the world
+    # (data_process/name_swap.py): the copies then cover the whole lexicon, not only the train questions'
+    rename: float = 0.0
 
 
 @dataclass
@@ -221,6 +227,8 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         raise ValueError(f"--confuse must be in [0, 1], got {cfg.confuse}")
     if cfg.max_routes < 2:
         raise ValueError(f"--max-routes must be >= 2 (two hops), got {cfg.max_routes}")
+    if not 0.0 <= cfg.rename <= 1.0:
+        raise ValueError(f"--rename must be in [0, 1], got {cfg.rename}")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
     world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
     backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0, world=world)
@@ -228,6 +236,10 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     prompter = make_prompter(cfg.pool, False, template_path, None)  # the builder sim_qa uses
     questions = backend.world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
     rng = random.Random(cfg.seed)
+    # its own stream, so the questions and the noise of a seed do not depend on --rename
+    rename_rng = random.Random(f"rename-{cfg.seed}")
+    classes = NameClasses.from_world(world, reserved=set(re.findall(r"\w+", Path(template_path).read_text())))
+    decks: dict[str, list[str]] = {}  # the renaming's draws, shared by all rows (name_swap.NameClasses.mapping)
     rows, counts = [], {}
     for q in questions:
         source = "sim_1hop" if len(q.hops) == 1 else "sim_2hop"
@@ -237,13 +249,20 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         ok, why = check_format(traj.text, registry)
         if not ok:  # a bug in the oracle, never in the data
             raise DataBuildError(f"oracle trajectory for {q.uid} breaks the format ({why}): {traj.text!r}")
+        question, segments, answers, answer = q.question, traj.segments, list(q.answers), traj.answer
+        renamed = rename_rng.random() < cfg.rename
+        if renamed:
+            names = classes.mapping([question, traj.text, *answers], rename_rng, decks)
+            question, answers, answer = apply_names(names, question), [apply_names(names, a) for a in answers], \
+                apply_names(names, answer)
+            segments = [{**seg, "text": apply_names(names, seg["text"])} for seg in segments]
         rows.append({
-            "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompter(q.question),
-            "response_text": traj.text, "segments": traj.segments, "answers": list(q.answers),
-            "question": q.question, "domain": q.domain, "mode": "confused" if traj.confused else mode,
-            "routes": len(traj.routes),
+            "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompter(question),
+            "response_text": "".join(seg["text"] for seg in segments), "segments": segments, "answers": answers,
+            "question": question, "domain": q.domain, "mode": "confused" if traj.confused else mode,
+            "routes": len(traj.routes), "renamed": renamed,
             "route_models": [m for m, _ in traj.routes], "cost_usd": traj.cost_usd,
-            "em": em_score(traj.answer, q.answers),
+            "em": em_score(answer, answers),
         })
     # Replies of every pool model (unseen too) so the BPE also knows their wording.
     extra = []
@@ -355,6 +374,9 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--freeze-names", action="store_true",
                    help="write the names' token ids into model.json as frozen_token_ids (their embedding rows stay "
                         "at their random start: a copy circuit that generalises to names training never showed)")
+    p.add_argument("--rename", type=float, default=0.0,
+                   help="share of trajectories whose entity names are renamed to other names of the world "
+                        "(so the SFT data shows every name being copied)")
     p.add_argument("--model", default=None,
                    help='JSON of model config keys over the embedded default\'s (e.g. \'{"num_hidden_layers": 4}\')')
     return OracleConfig(**vars(p.parse_args(argv)))

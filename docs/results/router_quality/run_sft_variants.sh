@@ -14,7 +14,7 @@ PY=${PY:-python3}
 W=${WORK:-/tmp/variants}
 BACK=${BACK:-outputs/variants}
 mkdir -p "$W" "$BACK"
-export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 PYTHONUNBUFFERED=1
+export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=${THREADS:-2} MKL_NUM_THREADS=${THREADS:-2} PYTHONUNBUFFERED=1
 NOISY="--noise 0.2 --prefer-big 0.3 --confuse 0.8"   # train.sh's annotator today
 CLEAN="--noise 0.05"                                 # routes each hop to its domain's cheap specialist
 BIG='{"hidden_size": 192, "intermediate_size": 576, "num_hidden_layers": 4, "num_attention_heads": 6, "num_key_value_heads": 6}'
@@ -32,6 +32,8 @@ flags() {  # variant -> "oracle flags|SFT epochs|model json"
     clean_freeze) echo "$CLEAN --freeze-names|6|" ;;
     freeze_long) echo "$CLEAN --freeze-names|12|" ;;
     noisy_freeze) echo "$NOISY --freeze-names|6|" ;;
+    rename_half) echo "$CLEAN --rename 0.5|6|" ;;
+    rename_all)  echo "$CLEAN --rename 1|6|" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }
