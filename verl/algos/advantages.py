@@ -36,6 +36,7 @@ def compute_gae(
     gamma: float,
     lam: float,
     whiten: bool = True,
+    whiten_groups: np.ndarray | Sequence[Hashable] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE whose steps are the policy tokens only; returns (advantages, returns).
 
@@ -46,6 +47,9 @@ def compute_gae(
     telescopes to A_t = sum of rewards from t on - V_t, which is exactly what the
     plain (unmasked) recursion gives too, so skipping environment tokens only matters
     when gamma or lam is below 1.
+
+    `whiten_groups` (one key per row, e.g. each episode's cost weight alpha) whitens within each
+    key's rows instead of over the batch, so rows with different reward scales are not compared.
     """
     mask = response_mask.bool()
     if token_rewards.shape != mask.shape or values.shape != mask.shape:
@@ -72,9 +76,26 @@ def compute_gae(
         last_gae = torch.where(m, gae, last_gae)
 
     returns = torch.where(mask, advantages + values, torch.zeros_like(values))
-    if whiten:
+    if whiten and whiten_groups is not None:
+        advantages = whiten_within_groups(advantages, mask, whiten_groups)
+    elif whiten:
         advantages = masked_whiten(advantages, mask)
     return advantages, returns
+
+
+@torch.no_grad()
+def whiten_within_groups(x: torch.Tensor, mask: torch.Tensor, groups: np.ndarray | Sequence[Hashable]) -> torch.Tensor:
+    """masked_whiten applied to each group's rows on its own (zero mean, unit variance over its valid tokens)."""
+    if len(groups) != x.shape[0]:
+        raise ValueError(f"whiten groups has {len(groups)} entries, the batch has {x.shape[0]} rows")
+    out = torch.zeros_like(x)
+    rows: dict = {}
+    for i, g in enumerate(groups):
+        rows.setdefault(g, []).append(i)
+    for idx in rows.values():
+        sel = torch.as_tensor(idx, dtype=torch.long, device=x.device)
+        out[sel] = masked_whiten(x[sel], mask[sel])
+    return out
 
 
 @torch.no_grad()

@@ -106,6 +106,7 @@ class AlgorithmConfig:
     gamma: float = 1.0  # GAE discount
     lam: float = 1.0  # GAE lambda
     whiten_advantages: bool = True  # gae: whiten over policy tokens
+    whiten_by: Optional[str] = None  # gae: whiten within each value of this per-episode field of the env's rollout info instead of over the whole batch ("alpha": per cost weight, for a router trained on several, env.alphas: an episode is then compared only with episodes of its own alpha); null: the whole batch. grpo needs none: a group shares its prompt
     grpo_norm_by_std: bool = True  # grpo: divide by the group's std (false: Dr. GRPO)
     use_kl_in_reward: bool = True  # subtract kl_coef * KL(policy || ref) per token from the reward
     kl_penalty: str = "k1"  # KL estimator in the reward: k1 | abs | k2 | k3

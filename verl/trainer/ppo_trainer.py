@@ -205,6 +205,9 @@ class PPOTrainer:
             self._check_streaming(dist)
         if alg.dynamic_sampling.enable and cfg.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n > 1 (it keeps groups whose rewards differ)")
+        if alg.get("whiten_by") and (alg.adv_estimator != "gae" or not alg.whiten_advantages):
+            raise ValueError(f"algorithm.whiten_by={alg.whiten_by!r} whitens GAE advantages: it needs adv_estimator=gae "
+                             "and whiten_advantages=true (grpo already compares within a prompt's group)")
 
     def _check_streaming(self, dist) -> None:
         cfg = self.cfg
@@ -306,8 +309,13 @@ class PPOTrainer:
             for i, row in enumerate(lps):
                 rollout_lp[i, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
             tensors["rollout_log_probs"] = rollout_lp
-        return DataProto.from_dict(tensors, {"uid": np.array([r.uid for r in rows], dtype=object)},
-                                   meta={"temperature": sampling.logprob_temperature})
+        non_tensor = {"uid": np.array([r.uid for r in rows], dtype=object)}
+        if key := self.cfg.algorithm.get("whiten_by"):  # the advantage whitening's groups, one per value
+            if key not in result.info:
+                raise ValueError(f"algorithm.whiten_by={key!r}: the env's rollout info has no such field (it has: "
+                                 f"{', '.join(sorted(result.info)) or 'none'}); a router needs env.alphas for 'alpha'")
+            non_tensor["whiten_group"] = np.array(result.info[key], dtype=object)
+        return DataProto.from_dict(tensors, non_tensor, meta={"temperature": sampling.logprob_temperature})
 
     def run_episodes(self, rows, validate: bool) -> tuple[DataProto, dict[str, list]]:
         """Episodes for `rows`, padded into one batch, and the environment's metrics."""
@@ -514,7 +522,8 @@ class PPOTrainer:
                     token_rewards = token_scores
                 if alg.adv_estimator == "gae":
                     adv, returns = compute_gae(token_rewards, batch.batch["values"], mask,
-                                               gamma=alg.gamma, lam=alg.lam, whiten=alg.whiten_advantages)
+                                               gamma=alg.gamma, lam=alg.lam, whiten=alg.whiten_advantages,
+                                               whiten_groups=batch.non_tensor.get("whiten_group"))
                 elif alg.adv_estimator == "grpo":
                     adv, returns = compute_grpo_advantages(token_rewards.sum(-1), batch.non_tensor["uid"], mask,
                                                            norm_by_std=alg.grpo_norm_by_std)
