@@ -95,6 +95,11 @@ class CostNormalizer:
         self.history = deque(history, maxlen=self.window)
 
 
+def cost_reward(cost_usd: float, bounds: tuple[float, float] | None) -> float:
+    """R_cost of a cost against fixed sqrt-space bounds (a window's (p_low, p_high)), as score() reads them."""
+    return CostNormalizer._reward(CostNormalizer._root(cost_usd), bounds)
+
+
 def make_normalizers(**kwargs) -> tuple[CostNormalizer, CostNormalizer]:
     """(train, validation) normalisers with the same settings and separate windows."""
     return CostNormalizer(**kwargs), CostNormalizer(**kwargs)

@@ -1,0 +1,122 @@
+"""Alpha-conditioned oracle data (issue 31): each row's route is the plan of highest expected reward at its alpha,
+its prompt states that alpha as the environment renders it, and routes only get cheaper as alpha grows."""
+import random
+
+import pandas as pd
+import pytest
+
+from data_process.sim_oracle_alpha import (GUESS, AlphaOracle, AlphaOracleConfig, alpha0_costs, build_rows,
+                                           main, plan_shift, run)
+from data_process.sim_oracle import DEFAULT_POOL
+from router_r1.pool.client import PoolClient
+from router_r1.pool.registry import ModelRegistry
+from router_r1.pool.sim_backend import SimBackend
+from router_r1.pool.sim_world import SimWorld
+from router_r1.prompts import alpha_text, load_template
+from router_r1.reward.cost import CostNormalizer, cost_reward
+from router_r1.reward.score import RewardConfig, compute_score
+from router_r1.router_env import RouterEnv, RouterEnvConfig
+from verl.trainer.dataset import PromptRow
+
+ALPHAS = (0.0, 0.3, 0.6, 0.9)
+GRID = [k / 10 for k in range(11)]
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    registry = ModelRegistry.from_yaml(DEFAULT_POOL).seen()
+    world = SimWorld(seed=0)
+    o = AlphaOracle(SimBackend.from_pool_yaml(DEFAULT_POOL, seed=0, latency_scale=0.0, world=world), registry)
+    questions = world.questions(300, 0, "train", 0.4)
+    o.set_window(alpha0_costs(o, questions))
+    return o, questions
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("alpha_oracle")
+    run(AlphaOracleConfig(out_dir=out, n=120, alphas=ALPHAS, tokenizer=False))
+    return out, pd.read_parquet(out / "oracle.parquet").to_dict("records")
+
+
+def test_rows_carry_their_alpha_and_state_it(written):
+    _, rows = written
+    assert {r["alpha"] for r in rows} == set(ALPHAS)  # every alpha drawn over 120 rows (seeded)
+    for r in rows:
+        content = r["prompt"][0]["content"]
+        assert alpha_text(r["alpha"]).strip() in content and content.count("Cost weight") == 1
+        assert content.rstrip().endswith(r["question"])
+
+
+def test_prompt_is_what_the_env_renders_for_that_alpha(written, tok):
+    out, rows = written
+    registry = ModelRegistry.from_yaml(DEFAULT_POOL).seen()
+    cfg = RouterEnvConfig(alphas=list(ALPHAS), response_length=16, max_response_length=256)
+    env = RouterEnv(cfg, tok, registry, PoolClient(registry), template=load_template(out / "prompt_template.txt"))
+    try:
+        for i, r in enumerate(rows[:12]):
+            row = PromptRow([0], r["uid"], {"extra_info": {"question": r["question"]}})
+            built = tok(tok.apply_chat_template(list(r["prompt"]), add_generation_prompt=True, tokenize=False),
+                        add_special_tokens=False)["input_ids"]
+            assert env.budget_prompt(row, None, i, r["alpha"]) == built, r["uid"]
+    finally:
+        env.client.close()
+
+
+def test_fixed_alpha_data_keeps_the_plain_prompt(tmp_path):
+    run(AlphaOracleConfig(out_dir=tmp_path, n=20, alphas=(0.9,), alpha_text=False, tokenizer=False))
+    rows = pd.read_parquet(tmp_path / "oracle.parquet").to_dict("records")
+    assert {r["alpha"] for r in rows} == {0.9}
+    assert not any("Cost weight" in r["prompt"][0]["content"] for r in rows)
+
+
+def test_routes_never_get_dearer_as_alpha_grows(oracle):
+    o, questions = oracle
+    for q in questions:
+        plans = [o.plan(q, 0, None, 0.0, set(), a, o.max_routes) for a in GRID]
+        for lo, hi in zip(plans, plans[1:]):
+            assert hi.cost_usd <= lo.cost_usd + 1e-15, (q.uid, lo.label, hi.label)
+            # the expected cost penalty P(right) * (1 - R_cost) falls too (what the argmax trades away)
+            pen = [p.p_right * (1 - cost_reward(p.cost_usd, o.bounds)) for p in (lo, hi)]
+            assert pen[1] <= pen[0] + 1e-12
+
+
+def test_where_the_default_pool_routes_differ(oracle):
+    """In configs/pool/sim.yaml the cheap specialists (0.95) are the best plan up to alpha 0.8; at 0.9 two-hop
+    questions whose first hop is Qwen's (science, business) ask the cheaper Mistral instead; no plan guesses."""
+    o, questions = oracle
+    shift = plan_shift(o, questions, GRID)
+    assert all(shift[a]["differ"] == 0 for a in GRID if a <= 0.8)
+    assert shift[0.9]["differ"] > 0.03 and shift[0.9]["cost_1e6"] < shift[0.0]["cost_1e6"]
+    assert shift[0.9]["p_right"] < shift[0.0]["p_right"]
+    assert all(shift[a][GUESS] == 0 for a in GRID)
+    moved = [q for q in questions if o.plan(q, 0, None, 0.0, set(), 0.9, 3).label
+             != o.plan(q, 0, None, 0.0, set(), 0.0, 3).label]
+    assert moved and all(len(q.hops) == 2 and q.hops[0].domain in ("science", "business") for q in moved)
+
+
+def test_plan_value_is_the_training_reward(oracle):
+    """A right trajectory's reward, scored as training scores it against a window holding the alpha-0 costs, is
+    the oracle's value at P(right) = 1."""
+    o, questions = oracle
+    registry = ModelRegistry.from_yaml(DEFAULT_POOL).seen()
+    costs, checked = alpha0_costs(o, questions), 0
+    for q in questions[:40]:
+        for a in (0.3, 0.9):
+            traj, _ = o.run_alpha(q, a, random.Random(0))
+            if traj.answer not in q.answers:
+                continue
+            norm = CostNormalizer(window=len(costs))
+            norm.history.extend(c ** 0.5 for c in costs)
+            score, _ = compute_score(traj.text, q.answers, traj.cost_usd, len(traj.routes), registry, norm,
+                                     RewardConfig(alpha=a))
+            assert score == pytest.approx(o.value(1.0, traj.cost_usd, a))
+            checked += 1
+    assert checked > 40
+
+
+def test_bad_input_is_named(tmp_path, capsys):
+    with pytest.raises(ValueError, match="--alphas"):
+        build_rows(AlphaOracleConfig(out_dir=tmp_path, n=5, alphas=(0.2, 1.5)), DEFAULT_POOL)
+    assert main(["--out-dir", str(tmp_path), "--n", "5", "--no-tokenizer", "--cost-window", "3e-6", "1e-6"]) == 1
+    assert "--cost-window must be 0 <= LOW < HIGH" in capsys.readouterr().err
