@@ -31,6 +31,21 @@ def shares_entropy(counts: dict[str, int]) -> tuple[dict[str, float], float]:
     return shares, 0.0 - sum(p * math.log2(p) for p in shares.values() if p > 0)  # 0.0, not -0.0
 
 
+def domain_shares(episodes_turns: Iterable[list[dict]], names: Sequence[str]) -> dict[str, dict]:
+    """{domain: {"calls": n, "share": {model: share}}} over the calls whose turn carries a "domain" (evaluation
+    sets it from the simulated world: the domain of a one-fact sub-question); other calls are left out."""
+    groups: dict[str, list[dict]] = {}
+    for turns in episodes_turns:
+        for t in turns:
+            if "ok" in t and t.get("domain"):
+                groups.setdefault(t["domain"], []).append(t)
+    out = {}
+    for domain, calls in sorted(groups.items()):
+        counts = call_counts([calls], names)
+        out[domain] = {"calls": sum(counts.values()), "share": shares_entropy(counts)[0]}
+    return out
+
+
 def by_source(episodes_turns: Sequence[list[dict]], sources: Sequence[str | None],
               names: Sequence[str]) -> dict[str, tuple[dict[str, float], float]]:
     """{source: (shares, entropy)} for each data source and for ALL of them together."""

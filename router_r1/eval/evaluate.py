@@ -521,10 +521,17 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
             for r in records:
                 r["stages"] = trajectory_stages(r["question"], r["golds"], r["turns"], r["em"], r["format_ok"],
                                                 truth, pool.registry.names)
+                for t in r["turns"] if truth is not None else ():  # the domain each call asked about
+                    if "ok" in t:
+                        t["domain"] = truth.domain(t.get("query") or "")
             models = pool.registry.names + [m for m in [run.model] if m and m not in pool.registry.names]
             summaries.append({"label": run.label, "kind": run.kind, "checkpoint": run.checkpoint,
                               "model": run.model, "detail": run.detail, "wall_s": wall,
                               **report.summarize(records, models)})
+            summaries[-1]["unseen"] = unseen_shares(summaries[-1]["overall"], pool.full, truth)
+            for model, per in summaries[-1]["unseen"].items():
+                log(f"{run.label}: unseen {model} got " + ", ".join(
+                    f"{v['share']:.2f} of the {v['calls']} {d} calls" for d, v in per.items()))
             if run.detail:
                 log(f"{run.label}: {run.detail}")
             report.write_jsonl(out_dir / "trajectories.jsonl", records, append=True)  # kept if a later run fails
@@ -543,6 +550,17 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     summary["out_dir"] = str(out_dir)
     check_pool_health(summaries, cfg)
     return summary
+
+
+def unseen_shares(overall: dict, full: ModelRegistry, truth: SimTruth | None) -> dict:
+    """{model: {domain: {share, calls}}} for each model marked unseen: its share of a run's calls on each domain
+    it is strong on (its sim profile); 0 where the router was not offered it. {} without a simulated world."""
+    if truth is None:
+        return {}
+    per = overall.get("domain_call_share", {})
+    return {spec.name: {d: {"share": per.get(d, {}).get("share", {}).get(spec.name, 0.0),
+                            "calls": per.get(d, {}).get("calls", 0)} for d in truth.strong_domains(spec.name)}
+            for spec in full.models.values() if spec.unseen}
 
 
 def compare_with_router(summaries: list[dict], paired: dict[str, list[dict]]) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from router_r1.pool.health import call_stats
-from router_r1.routing_collapse import call_counts, shares_entropy
+from router_r1.routing_collapse import call_counts, domain_shares, shares_entropy
 from router_r1.stages import STAGES, stage_rates
 
 OVERALL = "overall"
@@ -83,6 +83,8 @@ def metrics(trajs: list[dict], model_names: list[str], seed: int = 0) -> dict:
                         for m in model_names},
         "call_share": call_share,
         "routing_entropy_bits": entropy,  # log2(#models) when calls spread evenly, 0 when one model takes all
+        # per domain of a one-fact sub-question (sim world): the calls and each model's share of them
+        "domain_call_share": domain_shares([t.get("turns", []) for t in trajs], model_names),
         "stages": stage_rates([t.get("stages") or {} for t in trajs]),  # where EM is lost (router_r1/stages.py)
     }
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.sim_backend import SimProfile
-from router_r1.pool.sim_world import DEFAULT_ENTITIES, RELATIONS, Fact, SimWorld
+from router_r1.pool.sim_world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, Fact, SimWorld
 
 KNOW_MARGIN = 0.05  # an expert within this of the best P(right) knows the question
 
@@ -66,6 +66,11 @@ class SimTruth:
             subject = f.object
         return out
 
+    def domain(self, text: str) -> str | None:
+        """The domain of a one-fact query; None for a chain of two or a query the world cannot read."""
+        facts = self.facts(text)
+        return facts[0].domain if facts and len(facts) == 1 else None
+
     def entities(self, text: str) -> list[str] | None:
         """The entity names as the query writes them (the world's parse), or None when it names none."""
         found = self.world.find_entity(text or "")
@@ -87,6 +92,11 @@ class SimTruth:
         p = {m: self.p_right(m, facts) for m in names}
         best = max(p.values())
         return sorted((m for m in names if p[m] >= best - KNOW_MARGIN), key=lambda m: (self.experts[m].price, m))
+
+    def strong_domains(self, model: str, threshold: float = 0.9) -> list[str]:
+        """The domains on which `model` is right at least `threshold` of the time (its specialities)."""
+        acc = self.experts[model].profile.accuracy
+        return [d for d in DOMAINS if acc[d] >= threshold]
 
     def pick(self, facts: list[Fact], among: list[str] | None = None) -> str:
         """The oracle's expert for the chain asked whole: the cheapest that knows it."""

@@ -1,0 +1,72 @@
+"""Two evaluations of the same runs on the same questions, paired: each run's EM and cost in B minus A
+(bootstrap CIs over questions) and each unseen model's share of its domains' calls in both.
+
+    python scripts/paired_evals.py outputs/eval_seen outputs/eval_unseen --out outputs/unseen_diff.json
+
+A and B are output directories of router_r1.eval.evaluate (summary.json, trajectories.jsonl), e.g. one without
+and one with --include-unseen; runs are matched by label, questions by uid.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from router_r1.eval.report import paired_vs  # noqa: E402
+
+
+def load(eval_dir: Path) -> tuple[dict, dict[str, list[dict]]]:
+    """(summary runs by label, trajectory records by run label) of one evaluation directory."""
+    try:
+        runs = {r["label"]: r for r in json.loads((eval_dir / "summary.json").read_text())["runs"]}
+        records: dict[str, list[dict]] = {}
+        for line in (eval_dir / "trajectories.jsonl").read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                records.setdefault(r["run"], []).append(r)
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(f"error: {eval_dir}: not an evaluation directory of router_r1.eval.evaluate "
+                         f"({type(e).__name__}: {e})") from None
+    return runs, records
+
+
+def compare(a_dir: Path, b_dir: Path) -> dict[str, dict]:
+    """{run label: {"paired": B - A (paired_vs), "unseen_a", "unseen_b"}} for the runs both evaluated."""
+    runs_a, rec_a = load(a_dir)
+    runs_b, rec_b = load(b_dir)
+    out = {}
+    for label in [x for x in runs_a if x in runs_b and x in rec_a and x in rec_b]:
+        out[label] = {"paired": paired_vs(rec_a[label], rec_b[label], f"{label} in {a_dir}"),
+                      "unseen_a": runs_a[label].get("unseen", {}), "unseen_b": runs_b[label].get("unseen", {})}
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("a", help="the reference evaluation directory (e.g. without --include-unseen)")
+    p.add_argument("b", help="the compared evaluation directory (e.g. with --include-unseen)")
+    p.add_argument("--out", default=None, help="write the comparison as JSON here")
+    a = p.parse_args(argv)
+    result = compare(Path(a.a), Path(a.b))
+    if not result:
+        print(f"error: {a.a} and {a.b} share no run label", file=sys.stderr)
+        return 2
+    for label, c in result.items():
+        v = c["paired"]
+        (el, eh), (cl, ch) = v["em_diff_ci95"], v["cost_diff_1e6_ci95"]
+        print(f"{label}: B - A on {v['n']} questions: EM {v['em_diff']:+.3f} [{el:+.3f}, {eh:+.3f}], cost "
+              f"{v['cost_diff_1e6']:+.2f} [{cl:+.2f}, {ch:+.2f}] 1e-6 USD ({v['verdict'].replace('the router', 'A')})")
+        for model, per in c["unseen_b"].items():
+            for d, s in per.items():
+                before = c["unseen_a"].get(model, {}).get(d, {}).get("share", 0.0)
+                print(f"  unseen {model} on {d}: share of calls {before:.2f} -> {s['share']:.2f} ({s['calls']} calls)")
+    if a.out:
+        Path(a.out).write_text(json.dumps(result, indent=2, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
