@@ -1,10 +1,10 @@
-"""Entity renaming for the SFT data: every name token of the world is seen being copied.
+"""Entity renaming for the SFT data: every name of the world is seen being copied.
 
 With a whole token per name, a small policy copies only the names its SFT data showed; about one test
 question in five names a word it never saw, and the policy writes a name it knows instead
-(docs/results/router_quality). Renaming a trajectory's names consistently (question, sub-questions,
-replies, answer) to other names of the same kind keeps what the router must learn (route by the
-relation, copy the entity) and spreads the copies over the whole lexicon. It uses the world's name
+(docs/results/router_quality). Renaming a trajectory's entities consistently (question, sub-questions,
+replies, answer) to other entities of the same type keeps what the router must learn (route by the
+relation, copy the entity) and spreads the copies over the whole world. It uses the world's name
 inventory, which the tokenizer already holds, never a test question or its facts.
 """
 from __future__ import annotations
@@ -15,62 +15,68 @@ from dataclasses import dataclass
 
 from router_r1.pool.sim_world import SimWorld
 
-_SUFFIX_TYPES = ("company", "band", "team")
-
 
 @dataclass(frozen=True)
-class NameClasses:
-    """The world's name words by kind; a word is renamed only to another word of its kind."""
+class EntityNames:
+    """The world's names by type (entities, genres, symbols), each with the aliases a text may use."""
 
-    by_word: dict[str, str]  # word -> kind
-    words: dict[str, tuple[str, ...]]  # kind -> words
+    by_type: dict[str, tuple[str, ...]]  # type -> names
+    type_of: dict[str, str]  # name or alias -> type
+    name_of: dict[str, str]  # name or alias -> the full name
+    aliases: dict[str, tuple[str, ...]]  # full name -> aliases
 
     @classmethod
-    def from_world(cls, world: SimWorld, reserved: set[str] = frozenset()) -> "NameClasses":
-        """Stems of people, places, companies, bands and teams; elements; symbols; genres.
-
-        Suffixes ("Works", "Rovers") tell an entity's type and stay; words in `reserved` (the prompt
-        template's) are never renamed.
-        """
-        suffixes = set()
-        for etype in _SUFFIX_TYPES:
-            suffixes |= {name.split()[-1] for name in world.by_type.get(etype, [])}
-        kinds: dict[str, set[str]] = {"stem": set(), "element": set(), "symbol": set(), "genre": set()}
+    def from_world(cls, world: SimWorld, reserved: set[str] = frozenset()) -> "EntityNames":
+        """Every name of `world`; a name or alias in `reserved` (the prompt template's words) is left out."""
+        by_type, type_of, name_of, aliases = {}, {}, {}, {}
         for etype, names in world.by_type.items():
-            kind = etype if etype in ("element", "symbol", "genre") else "stem"
+            kept = []
             for name in names:
-                kinds[kind].update(w for w in re.findall(r"\w+", name) if w not in suffixes)
-        by_word = {w: k for k, ws in kinds.items() for w in ws if w not in reserved}
-        words = {k: tuple(sorted(w for w in ws if w in by_word)) for k, ws in kinds.items()}
-        return cls(by_word, words)
+                entity = world.entities.get(name)
+                al = entity.aliases if entity else ()
+                if name in reserved or any(a in reserved for a in al):
+                    continue
+                kept.append(name)
+                aliases[name] = al
+                for key in (name, *al):
+                    type_of[key], name_of[key] = etype, name
+            by_type[etype] = tuple(kept)
+        return cls(by_type, type_of, name_of, aliases)
 
     def mapping(self, texts: list[str], rng: random.Random, decks: dict[str, list[str]]) -> dict[str, str]:
-        """A one-to-one renaming of the name words in `texts` to words of the same kind.
+        """A one-to-one renaming of the names (and their aliases) in `texts` to names of the same type.
 
-        Targets come from `decks` (kind -> shuffled words, refilled when empty and kept between calls),
-        so every word of the lexicon is used once before any is used twice.
+        Targets come from `decks` (type -> shuffled names, refilled when empty and kept between calls),
+        so every name is used once before any is used twice.
         """
-        present = sorted({w for t in texts for w in re.findall(r"\w+", t) if w in self.by_word})
-        taken = set(present)
-        out = {}
-        for w in present:
-            kind = self.by_word[w]
-            deck = decks.setdefault(kind, [])
-            for _ in range(2 * len(self.words[kind]) + 2):
+        joined = "\n".join(texts)
+        present = sorted({self.name_of[m.group(1)] for m in self._pattern().finditer(joined)})
+        taken, out = set(present), {}
+        for name in present:
+            etype = self.type_of[name]
+            deck, pool = decks.setdefault(etype, []), self.by_type[etype]
+            for _ in range(2 * len(pool) + 2):
                 if not deck:
-                    deck.extend(rng.sample(self.words[kind], len(self.words[kind])))
+                    deck.extend(rng.sample(pool, len(pool)))
                 new = deck.pop()
-                if new not in taken:
+                if new not in taken and len(self.aliases[new]) == len(self.aliases[name]):
                     break
             else:
-                new = w  # a kind too small to rename into: keep the word
+                continue  # a type too small to rename into: keep the name
             taken.add(new)
-            out[w] = new
+            out[name] = new
+            out.update(zip(self.aliases[name], self.aliases[new]))
         return out
+
+    def _pattern(self) -> re.Pattern:
+        if "_re" not in self.__dict__:  # built once: ~2,000 alternatives, longest first (full name before alias)
+            keys = sorted(self.type_of, key=len, reverse=True)
+            object.__setattr__(self, "_re", re.compile(r"\b(" + "|".join(map(re.escape, keys)) + r")\b"))
+        return self.__dict__["_re"]
 
 
 def apply(mapping: dict[str, str], text: str) -> str:
-    """`text` with every whole word in `mapping` replaced at once (no chained renames)."""
+    """`text` with every whole name in `mapping` replaced at once (no chained renames)."""
     if not mapping:
         return text
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(mapping, key=len, reverse=True))) + r")\b")

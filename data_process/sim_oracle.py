@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
-from data_process.name_swap import NameClasses
+from data_process.name_swap import EntityNames
 from data_process.name_swap import apply as apply_names
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
@@ -76,12 +76,15 @@ class OracleConfig:
     # The world's names as whole tokens (one-step copies), or left to the BPE (syllables: every piece is
     # seen in training, so a name the SFT data never showed can still be copied piece by piece)
     name_tokens: bool = True
+    # Each multi-word entity name ("Dekir Takem", "Nohi Holdings") one token too: a copy is one step, not
+    # name, space, name in the right order (needs name_tokens)
+    whole_names: bool = False
     model: str | None = None  # JSON of EMBEDDED_MODEL keys to override in OUT/model.json ({"hidden_size": 256})
     # Hold the names' embedding rows at their random start (model.config.frozen_token_ids): the policy
     # learns to copy names in general, also those the SFT data never showed (about 1 test question in 5)
     freeze_names: bool = False
     # Share of trajectories whose names are renamed, consistently, to other names of the world
-    # (data_process/name_swap.py): the copies then cover the whole lexicon, not only the train questions'
+    # (data_process/name_swap.py): the copies then cover the whole world, not only the train questions' entities
     rename: float = 0.0
 
 
@@ -238,7 +241,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     rng = random.Random(cfg.seed)
     # its own stream, so the questions and the noise of a seed do not depend on --rename
     rename_rng = random.Random(f"rename-{cfg.seed}")
-    classes = NameClasses.from_world(world, reserved=set(re.findall(r"\w+", Path(template_path).read_text())))
+    names_of_world = EntityNames.from_world(world, reserved=set(re.findall(r"\w+", Path(template_path).read_text())))
     decks: dict[str, list[str]] = {}  # the renaming's draws, shared by all rows (name_swap.NameClasses.mapping)
     rows, counts = [], {}
     for q in questions:
@@ -252,7 +255,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         question, segments, answers, answer = q.question, traj.segments, list(q.answers), traj.answer
         renamed = rename_rng.random() < cfg.rename
         if renamed:
-            names = classes.mapping([question, traj.text, *answers], rename_rng, decks)
+            names = names_of_world.mapping([question, traj.text, *answers], rename_rng, decks)
             question, answers, answer = apply_names(names, question), [apply_names(names, a) for a in answers], \
                 apply_names(names, answer)
             segments = [{**seg, "text": apply_names(names, seg["text"])} for seg in segments]
@@ -329,7 +332,11 @@ def run(cfg: OracleConfig) -> dict:
         corpus = [chat_text(r["prompt"]) for r in rows] + [r["response_text"] for r in rows] + extra
         # Model names and the world's names as single tokens: shorter sequences, one-step copies.
         world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
+        if cfg.whole_names and not cfg.name_tokens:
+            raise ValueError("--whole-names needs the names as whole tokens (drop --no-name-tokens)")
         names = ModelRegistry.from_yaml(cfg.pool).names + (world_words(world) if cfg.name_tokens else [])
+        if cfg.whole_names:
+            names += sorted(n for n in world.entities if " " in n)
         tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=names)
         frozen = None
         if cfg.freeze_names:
@@ -371,6 +378,8 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--vocab-size", type=int, default=1024, help="BPE merges' vocabulary (names and tags come on top)")
     p.add_argument("--no-name-tokens", dest="name_tokens", action="store_false",
                    help="leave the world's names to the BPE instead of one whole token each")
+    p.add_argument("--whole-names", action="store_true",
+                   help="each multi-word entity name (a person, a company) is one token too, so copying it is one step")
     p.add_argument("--freeze-names", action="store_true",
                    help="write the names' token ids into model.json as frozen_token_ids (their embedding rows stay "
                         "at their random start: a copy circuit that generalises to names training never showed)")

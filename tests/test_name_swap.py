@@ -2,12 +2,13 @@
 import random
 import re
 
-from data_process.name_swap import NameClasses, apply
+from data_process.name_swap import EntityNames, apply
 from data_process.sim_oracle import main as oracle_main
 from router_r1.pool.sim_world import SimWorld
 from verl.trainer.sft_data import load_rows
 
 WORLD = SimWorld(seed=0, n_entities_per_type=20)
+WORLD40 = SimWorld(seed=0, n_entities_per_type=40)
 
 
 def test_apply_renames_whole_words_at_once():
@@ -15,26 +16,34 @@ def test_apply_renames_whole_words_at_once():
     assert apply({"Velo": "Duna", "Duna": "Kiro"}, "Velo met Duna at Velomar.") == "Duna met Kiro at Velomar."
 
 
-def test_mapping_is_one_to_one_and_keeps_kinds():
-    classes = NameClasses.from_world(WORLD)
-    person = WORLD.by_type["person"][0]
-    element = WORLD.by_type["element"][0]
-    company = WORLD.by_type["company"][0]
-    text = f"{person} discovered {element}; {company} was founded by {person}."
-    names = classes.mapping([text], random.Random(0), {})
-    assert set(names) == {*person.split(), element, company.split()[0]}  # the suffix ("Works") stays
-    assert len(set(names.values())) == len(names)
-    assert classes.by_word[names[element]] == "element"
-    assert all(classes.by_word[names[w]] == "stem" for w in person.split())
-    out = apply(names, text)
-    assert company.split()[-1] in out and person not in out and element not in out
+def test_mapping_is_one_to_one_and_keeps_types_and_aliases():
+    names = EntityNames.from_world(WORLD)
+    person, element, company = (WORLD.by_type[t][0] for t in ("person", "element", "company"))
+    last = WORLD.entities[person].aliases[0]
+    text = f"{person} discovered {element}; {company} was founded by {person}. {last} is famous."
+    mapping = names.mapping([text], random.Random(0), {})
+    assert {person, element, company} <= set(mapping)
+    assert len(set(mapping.values())) == len(mapping)
+    assert all(names.type_of[new] == names.type_of[old] for old, new in mapping.items())
+    new_person = mapping[person]
+    assert mapping[last] == WORLD.entities[new_person].aliases[0]  # the alias follows its entity
+    out = apply(mapping, text)
+    assert out == (f"{new_person} discovered {mapping[element]}; {mapping[company]} was founded by {new_person}. "
+                   f"{mapping[last]} is famous.")
+
+
+def test_decks_use_every_name_before_any_twice():
+    names, decks, rng = EntityNames.from_world(WORLD), {}, random.Random(1)
+    cities = names.by_type["city"]
+    drawn = [names.mapping([cities[0]], rng, decks)[cities[0]] for _ in range(len(cities) - 1)]
+    assert len(set(drawn)) == len(drawn)  # the first pass through the deck repeats nothing
 
 
 def test_reserved_words_are_never_renamed():
-    stem = WORLD.by_type["city"][0]
-    classes = NameClasses.from_world(WORLD, reserved={stem})
-    assert stem not in classes.by_word
-    assert classes.mapping([f"Where is {stem}?"], random.Random(0), {}) == {}
+    city = WORLD.by_type["city"][0]
+    names = EntityNames.from_world(WORLD, reserved={city})
+    assert city not in names.type_of
+    assert names.mapping([f"Where is {city}?"], random.Random(0), {}) == {}
 
 
 def test_rename_spreads_copies_over_the_lexicon(tmp_path):
@@ -43,12 +52,12 @@ def test_rename_spreads_copies_over_the_lexicon(tmp_path):
     assert oracle_main(["--out-dir", str(tmp_path / "renamed"), *common, "--rename", "1"]) == 0
     plain, renamed = load_rows(tmp_path / "plain" / "oracle.parquet"), load_rows(tmp_path / "renamed" / "oracle.parquet")
     assert not any(r["renamed"] for r in plain) and all(r["renamed"] for r in renamed)
-    stems = set(NameClasses.from_world(SimWorld(seed=0, n_entities_per_type=40)).words["stem"])
+    people = set(WORLD40.by_type["person"])
 
-    def written(rows):  # stems the policy itself writes (sub-questions, answers): what copying trains
-        return {w for r in rows for s in r["segments"] if s["by_policy"] for w in re.findall(r"\w+", s["text"])} & stems
-    # the renaming draws each stem once before any twice: nearly all ~400 are written, against ~3/4 without
-    assert len(written(renamed)) > 0.95 * len(stems) > len(written(plain)) / 0.85
+    def written(rows):  # people the policy itself names (sub-questions, answers): what copying trains
+        return {p for r in rows for s in r["segments"] if s["by_policy"] for p in people if p in s["text"]}
+    # the renaming draws each person once before any twice: nearly all 120 are written, ~3/4 without
+    assert len(written(renamed)) >= 0.95 * len(people) > len(written(plain)) + 15  # 119 and 92 of 120 today
     for p, r in zip(plain, renamed):
         # same question shape, same routes and cost, same correctness; names differ and stay consistent
         assert list(p["route_models"]) == list(r["route_models"]) and p["cost_usd"] == r["cost_usd"]
@@ -62,3 +71,20 @@ def test_rename_spreads_copies_over_the_lexicon(tmp_path):
 def test_rename_share_is_checked(tmp_path, capsys):
     assert oracle_main(["--out-dir", str(tmp_path), "--n", "10", "--no-tokenizer", "--rename", "1.5"]) == 1
     assert "--rename must be in [0, 1], got 1.5" in capsys.readouterr().err
+
+
+def test_whole_names_are_one_token(tmp_path):
+    from transformers import AutoTokenizer
+
+    assert oracle_main(["--out-dir", str(tmp_path), "--n", "100", "--noise", "0", "--world-entities", "20",
+                        "--whole-names", "--rename", "1"]) == 0
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
+    person, company = WORLD.by_type["person"][3], WORLD.by_type["company"][3]
+    ids = tok(f"{company} was founded by {person}.", add_special_tokens=False)["input_ids"]
+    pieces = [tok.decode([i]) for i in ids]
+    assert company in pieces and person in pieces  # each a single token, not word, space, word
+    assert tok.decode(ids) == f"{company} was founded by {person}."
+    last = WORLD.entities[person].aliases[0]
+    assert last in [tok.decode([i]) for i in tok(f"Ask about {last}.", add_special_tokens=False)["input_ids"]]
+    assert oracle_main(["--out-dir", str(tmp_path / "x"), "--n", "10", "--world-entities", "20",
+                        "--whole-names", "--no-name-tokens"]) == 1

@@ -34,6 +34,9 @@ flags() {  # variant -> "oracle flags|SFT epochs|model json"
     noisy_freeze) echo "$NOISY --freeze-names|6|" ;;
     rename_half) echo "$CLEAN --rename 0.5|6|" ;;
     rename_all)  echo "$CLEAN --rename 1|6|" ;;
+    whole)       echo "$CLEAN --whole-names|6|" ;;
+    whole_half)  echo "$CLEAN --whole-names --rename 0.5|6|" ;;
+    whole_rename) echo "$CLEAN --whole-names --rename 1|6|" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }
