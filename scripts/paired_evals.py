@@ -4,7 +4,8 @@
     python scripts/paired_evals.py outputs/eval_seen outputs/eval_unseen --out outputs/unseen_diff.json
 
 A and B are output directories of router_r1.eval.evaluate (summary.json, trajectories.jsonl), e.g. one without
-and one with --include-unseen; runs are matched by label, questions by uid.
+and one with --include-unseen; runs are matched by label (--routers: the one router run of each, e.g. a fixed-alpha
+router against the conditioned one told that alpha), questions by uid.
 """
 from __future__ import annotations
 
@@ -33,14 +34,25 @@ def load(eval_dir: Path) -> tuple[dict, dict[str, list[dict]]]:
     return runs, records
 
 
-def compare(a_dir: Path, b_dir: Path) -> dict[str, dict]:
-    """{run label: {"paired": B - A (paired_vs), "unseen_a", "unseen_b"}} for the runs both evaluated."""
+def router_label(runs: dict, where: Path) -> str:
+    labels = [label for label, r in runs.items() if r.get("kind") == "router"]
+    if len(labels) != 1:
+        raise SystemExit(f"error: {where}: --routers needs exactly one router run, found {len(labels)}")
+    return labels[0]
+
+
+def compare(a_dir: Path, b_dir: Path, routers: bool = False) -> dict[str, dict]:
+    """{B's run label: {"against": A's label, "paired": B - A (paired_vs), "unseen_a", "unseen_b"}} for the runs
+    both evaluated (routers: the one router run of each)."""
     runs_a, rec_a = load(a_dir)
     runs_b, rec_b = load(b_dir)
+    pairs = [(router_label(runs_a, a_dir), router_label(runs_b, b_dir))] if routers else \
+        [(x, x) for x in runs_a if x in runs_b]
     out = {}
-    for label in [x for x in runs_a if x in runs_b and x in rec_a and x in rec_b]:
-        out[label] = {"paired": paired_vs(rec_a[label], rec_b[label], f"{label} in {a_dir}"),
-                      "unseen_a": runs_a[label].get("unseen", {}), "unseen_b": runs_b[label].get("unseen", {})}
+    for la, lb in pairs:
+        if la in rec_a and lb in rec_b:
+            out[lb] = {"against": la, "paired": paired_vs(rec_a[la], rec_b[lb], f"{la} in {a_dir}"),
+                       "unseen_a": runs_a[la].get("unseen", {}), "unseen_b": runs_b[lb].get("unseen", {})}
     return out
 
 
@@ -48,16 +60,18 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("a", help="the reference evaluation directory (e.g. without --include-unseen)")
     p.add_argument("b", help="the compared evaluation directory (e.g. with --include-unseen)")
+    p.add_argument("--routers", action="store_true",
+                   help="pair the one router run of A with the one of B (their labels differ) instead of by label")
     p.add_argument("--out", default=None, help="write the comparison as JSON here")
     a = p.parse_args(argv)
-    result = compare(Path(a.a), Path(a.b))
+    result = compare(Path(a.a), Path(a.b), a.routers)
     if not result:
         print(f"error: {a.a} and {a.b} share no run label", file=sys.stderr)
         return 2
     for label, c in result.items():
         v = c["paired"]
         (el, eh), (cl, ch) = v["em_diff_ci95"], v["cost_diff_1e6_ci95"]
-        print(f"{label}: B - A on {v['n']} questions: EM {v['em_diff']:+.3f} [{el:+.3f}, {eh:+.3f}], cost "
+        print(f"{label} - {c['against']} on {v['n']} questions: EM {v['em_diff']:+.3f} [{el:+.3f}, {eh:+.3f}], cost "
               f"{v['cost_diff_1e6']:+.2f} [{cl:+.2f}, {ch:+.2f}] 1e-6 USD ({v['verdict'].replace('the router', 'A')})")
         for model, per in c["unseen_b"].items():
             for d, s in per.items():

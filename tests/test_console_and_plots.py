@@ -80,6 +80,21 @@ def test_pareto_cost_axis_has_several_plain_labels_inside_the_view(costs):
         assert all(e < b for e, b in zip(ends, boxes[1:])), (costs, shown)
 
 
+def test_an_alpha_sweep_is_one_curve_labelled_by_alpha():
+    """The runs of one conditioned checkpoint told several alphas (joined from one summary per alpha) are one line
+    with one legend entry; other runs stay points."""
+    sweep = [{**run(f"PPO router (cond) told a={a:g}", {"nq": (c, em)}), "kind": "router", "checkpoint": "cond/hf",
+              "told_alpha": a} for a, c, em in ((0.9, 3.0, 0.5), (0.0, 9.0, 0.6), (0.3, 6.0, 0.55))]
+    fixed = {**run("PPO router a=0.3 (fixed)", {"nq": (5.0, 0.5)}), "kind": "router", "checkpoint": "fixed/hf",
+             "told_alpha": None}
+    fig = report.pareto_figure([*sweep, fixed])
+    ax = fig.axes[0]  # the nq panel
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "PPO router (cond) told each alpha"]
+    assert list(line.get_xdata()) == [9.0, 6.0, 3.0]  # in order of alpha
+    assert sorted(t.get_text() for t in ax.texts) == ["0", "0.3", "0.9"]
+    assert ax.get_legend_handles_labels()[1] == ["PPO router (cond) told each alpha", "PPO router a=0.3 (fixed)"]
+
+
 def test_cost_ticks_cover_the_data_in_round_steps():
     assert report.cost_ticks([2.54, 6.41, 30.3, 57.65]) == [2, 5, 10, 20, 50]
     assert report.cost_ticks([0.0, 3.0, 300.0])[0] == 0.0

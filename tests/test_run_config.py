@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from router_r1.eval.evaluate import EvalConfig, EvalError, with_training_shape
+from router_r1.eval.evaluate import EvalConfig, EvalError, plan_runs, with_training_shape
 from verl.trainer.config import RUN_CONFIG, find_run_config, save_run_config
 from verl.trainer.main_ppo import load_config
 
@@ -115,3 +115,9 @@ def test_a_conditioned_run_is_evaluated_at_its_first_alpha_unless_told(tmp_path)
     ckpt = trained(tmp_path, "a", "env.alphas=[0.3,0.9]")
     assert with_training_shape(EvalConfig(data=["x"], checkpoints=[ckpt]), log=lambda m: None).alpha == 0.3
     assert with_training_shape(EvalConfig(data=["x"], checkpoints=[ckpt], alpha=0.9), log=lambda m: None).alpha == 0.9
+    # its run is labelled with the alpha it was told, so the runs of a sweep stay apart in a joined report
+    (run,) = plan_runs(with_training_shape(EvalConfig(data=["x"], checkpoints=[ckpt], alpha=0.9), log=lambda m: None), [])
+    assert run.told_alpha == 0.9 and run.label.endswith(" told a=0.9")
+    plain = trained(tmp_path, "b")
+    (run,) = plan_runs(with_training_shape(EvalConfig(data=["x"], checkpoints=[plain]), log=lambda m: None), [])
+    assert run.told_alpha is None and "told" not in run.label

@@ -104,3 +104,9 @@ def test_evaluation_with_and_without_the_unseen_model(tmp_path, tok, data):
     diff = json.loads((tmp_path / "diff.json").read_text())["scripted"]["paired"]
     assert diff["n"] == len(questions) and diff["em_diff"] == 0.0
     assert diff["cost_diff_1e6"] < 0 and diff["cost_diff_1e6_ci95"][1] < 0
+    # --routers pairs the one router run of each directory whatever their labels (fixed against conditioned)
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "paired_evals.py"), str(tmp_path / "seen"),
+                           str(tmp_path / "all"), "--routers", "--out", str(tmp_path / "r.json")], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["scripted"]["paired"] == diff

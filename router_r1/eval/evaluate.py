@@ -295,6 +295,7 @@ class Run:
     checkpoint: str | None = None
     model: str | None = None
     detail: str | None = None  # how a routing baseline chose (set when it runs)
+    told_alpha: float | None = None  # the cost weight an alpha-conditioned checkpoint is told (conditioned_alpha)
 
 
 def plan_runs(cfg: EvalConfig, baselines: list[Baseline]) -> list[Run]:
@@ -305,7 +306,9 @@ def plan_runs(cfg: EvalConfig, baselines: list[Baseline]) -> list[Run]:
         raise EvalError(f"--baseline {needs[0].label} needs a policy: pass --checkpoint")
     runs = []
     for c in cfg.checkpoints:
-        runs += [] if cfg.skip_router else [Run(labels[c], "router", c)]
+        told = conditioned_alpha(c, cfg)  # an alpha-conditioned router's runs say which alpha it was told
+        label = labels[c] if told is None else f"{labels[c]} told a={told:g}"
+        runs += [] if cfg.skip_router else [Run(label, "router", c, told_alpha=told)]
         at = f"@{labels[c]}" if len(cfg.checkpoints) > 1 else ""
         runs += [Run(b.label + at, b.kind, c) for b in needs]
     runs += [Run(b.label, b.kind, model=b.model) for b in baselines if not b.needs_policy]
@@ -526,7 +529,7 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
                         t["domain"] = truth.domain(t.get("query") or "")
             models = pool.registry.names + [m for m in [run.model] if m and m not in pool.registry.names]
             summaries.append({"label": run.label, "kind": run.kind, "checkpoint": run.checkpoint,
-                              "model": run.model, "detail": run.detail, "wall_s": wall,
+                              "model": run.model, "detail": run.detail, "told_alpha": run.told_alpha, "wall_s": wall,
                               **report.summarize(records, models)})
             summaries[-1]["unseen"] = unseen_shares(summaries[-1]["overall"], pool.full, truth)
             for model, per in summaries[-1]["unseen"].items():

@@ -342,6 +342,16 @@ def plot_pareto(runs: list[dict], path: str | Path) -> Path:
     return path
 
 
+def alpha_sweeps(runs: list[dict]) -> dict[str, list[dict]]:
+    """The router runs of one alpha-conditioned checkpoint told two or more alphas ("told_alpha"), by checkpoint,
+    in order of alpha: plot_pareto draws each as one curve."""
+    groups: dict[str, list[dict]] = {}
+    for run in runs:
+        if run.get("kind") == "router" and run.get("told_alpha") is not None:
+            groups.setdefault(str(run.get("checkpoint")), []).append(run)
+    return {c: sorted(rs, key=lambda r: r["told_alpha"]) for c, rs in groups.items() if len(rs) > 1}
+
+
 def pareto_figure(runs: list[dict]):
     """The figure plot_pareto writes."""
     import matplotlib
@@ -355,11 +365,24 @@ def pareto_figure(runs: list[dict]):
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows + 0.4), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     markers = "osD^v<>ph*"  # colour x marker tells apart up to 100 runs (an alpha sweep and all singles)
+    sweeps = alpha_sweeps(runs)
+    in_sweep = {id(r) for rs in sweeps.values() for r in rs}
     for ax, panel in zip(axes.flat, panels):
         pts = []
+        for k, (checkpoint, rs) in enumerate(sweeps.items()):  # one curve per conditioned router, labelled by alpha
+            ms = [(r["told_alpha"], r[OVERALL] if panel == OVERALL else r["sources"].get(panel)) for r in rs]
+            ms = [(a, m) for a, m in ms if m is not None and m["n"]]
+            if not ms:
+                continue
+            pts += [(m["cost_1e6_usd"], m["em"]) for _, m in ms]
+            name = _label(rs[0]).rsplit(" told a=", 1)[0] + " told each alpha"
+            ax.plot([m["cost_1e6_usd"] for _, m in ms], [m["em"] for _, m in ms], "-*", ms=10, lw=1.2, zorder=5,
+                    color="black" if len(sweeps) == 1 else colors[-1 - k % len(colors)], label=name)
+            for a, m in ms:
+                ax.annotate(f"{a:g}", (m["cost_1e6_usd"], m["em"]), textcoords="offset points", xytext=(3, 4), fontsize=7)
         for k, run in enumerate(runs):
             m = run[OVERALL] if panel == OVERALL else run["sources"].get(panel)
-            if m is None or not m["n"]:
+            if m is None or not m["n"] or id(run) in in_sweep:
                 continue
             pts.append((m["cost_1e6_usd"], m["em"]))
             router = run.get("kind") == "router"  # the trained routers stand out from the baselines
