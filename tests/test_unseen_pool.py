@@ -110,3 +110,28 @@ def test_evaluation_with_and_without_the_unseen_model(tmp_path, tok, data):
                           text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "r.json").read_text())["scripted"]["paired"] == diff
+
+
+def test_a_conditioned_router_is_offered_the_unseen_model_on_the_same_data(tmp_path, tok, data, monkeypatch):
+    """An alpha-conditioned router's prompts are rebuilt from each question (with the alpha it is told) over the
+    evaluation pool, so --include-unseen with a template listing the pool offers it SciGLM-6B on data built for the
+    seen pool, and no prompt/pool warning is given (it does not read the rows' prompts)."""
+    from router_r1.eval import evaluate as ev
+
+    root, questions = data
+    monkeypatch.setattr(ev, "conditioned_alpha", lambda checkpoint, cfg: 0.6)
+    logs, seen_prompts = [], []
+    reader = descriptor_reader(tok, questions)
+
+    def generate(prompts, sampling):
+        seen_prompts.extend(tok.decode(p) for p in prompts)
+        return reader(prompts, sampling)
+
+    cfg = EvalConfig(data=[str(root / "seen" / "test.parquet")], sim=True, pool=str(UNSEEN_POOL), include_unseen=True,
+                     checkpoints=["scripted"], out=str(tmp_path / "cond"), max_obs_length=200, response_length=64,
+                     max_response_length=1024, schedule="sync")
+    (run,) = evaluate(cfg, load=lambda c: Policy(tok, generate, template=TEMPLATE), log=logs.append)["runs"]
+    assert run["label"] == "scripted told a=0.6" and run["told_alpha"] == 0.6
+    assert all("Cost weight for this question: 0.6 " in p and f"- {NEW} (" in p for p in seen_prompts)
+    assert run["unseen"][NEW]["science"]["share"] == 1.0
+    assert not any("appear in no prompt" in m for m in logs)

@@ -505,7 +505,8 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
                    call_timeout_s=cfg.call_timeout_s, call_deadline_s=cfg.call_deadline_s,
                    max_concurrency=cfg.max_concurrency) as pool:
         runs = plan_runs(cfg, parse_baselines(cfg.baselines, pool.full, pool.registry))
-        if any(r.kind in ("router", "prompt-llm") for r in runs) and not (cfg.budget is not None and cfg.budget_text):
+        own_prompts = [r for r in runs if r.kind == "prompt-llm" or (r.kind == "router" and r.told_alpha is None)]
+        if own_prompts and not (cfg.budget is not None and cfg.budget_text):
             mismatch = prompt_pool_mismatch(rows, pool.registry)  # these runs use the rows' own prompts
             if mismatch:
                 log(f"WARNING: {mismatch}")
