@@ -210,6 +210,44 @@ class Oracle:
         return traj
 
 
+class Renamer:
+    """--rename: a share of rows get their entities renamed to other names of the world (name_swap, drawn
+    deck-wise over all rows), one mapping per row across its question, segments, answers and answer."""
+
+    def __init__(self, world: SimWorld, template_path: str | Path, share: float, seed: int):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"--rename must be in [0, 1], got {share}")
+        self.share = share
+        # its own stream, so the questions and the noise of a seed do not depend on --rename
+        self.rng = random.Random(f"rename-{seed}")
+        # the template's words (model names, tags) are never renamed
+        self.names = EntityNames.from_world(world, reserved=set(re.findall(r"\w+", Path(template_path).read_text())))
+        self.decks: dict[str, list[str]] = {}  # the renaming's draws, shared by all rows (EntityNames.mapping)
+
+    def __call__(self, question: str, segments: list[dict], answers: list[str], answer: str):
+        """(renamed, question, segments, answers, answer): renamed for a share of rows, else as given."""
+        if not self.rng.random() < self.share:
+            return False, question, segments, answers, answer
+        text = "".join(seg["text"] for seg in segments)
+        names = self.names.mapping([question, text, *answers], self.rng, self.decks)
+        segments = [{**seg, "text": apply_names(names, seg["text"])} for seg in segments]
+        return True, apply_names(names, question), segments, [apply_names(names, a) for a in answers], \
+            apply_names(names, answer)
+
+
+def token_names(pool: str | Path, world: SimWorld, name_tokens: bool = True, whole_names: bool = False) -> list[str]:
+    """Words the tokenizer keeps whole: the pool's model names, the world's names (name_tokens) and each
+    multi-word entity name (whole_names: a copy is one step, not name, space, name in the right order)."""
+    from router_r1.embedded import world_words
+
+    if whole_names and not name_tokens:
+        raise ValueError("--whole-names needs the names as whole tokens (drop --no-name-tokens)")
+    names = ModelRegistry.from_yaml(pool).names + (world_words(world) if name_tokens else [])
+    if whole_names:
+        names += sorted(n for n in world.entities if " " in n)
+    return names
+
+
 def pick_mode(q: SimQuestion, noise: float, rng: random.Random, prefer_big: float = 0.0) -> str:
     """"oracle", BIG with probability prefer_big, else a NOISE_MODES slip with probability noise."""
     if prefer_big > 0 and rng.random() < prefer_big:  # no draw when off: old seeds give old data
@@ -230,8 +268,6 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         raise ValueError(f"--confuse must be in [0, 1], got {cfg.confuse}")
     if cfg.max_routes < 2:
         raise ValueError(f"--max-routes must be >= 2 (two hops), got {cfg.max_routes}")
-    if not 0.0 <= cfg.rename <= 1.0:
-        raise ValueError(f"--rename must be in [0, 1], got {cfg.rename}")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
     world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
     backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0, world=world)
@@ -239,10 +275,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     prompter = make_prompter(cfg.pool, False, template_path, None)  # the builder sim_qa uses
     questions = backend.world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
     rng = random.Random(cfg.seed)
-    # its own stream, so the questions and the noise of a seed do not depend on --rename
-    rename_rng = random.Random(f"rename-{cfg.seed}")
-    names_of_world = EntityNames.from_world(world, reserved=set(re.findall(r"\w+", Path(template_path).read_text())))
-    decks: dict[str, list[str]] = {}  # the renaming's draws, shared by all rows (name_swap.NameClasses.mapping)
+    renamer = Renamer(world, template_path, cfg.rename, cfg.seed)
     rows, counts = [], {}
     for q in questions:
         source = "sim_1hop" if len(q.hops) == 1 else "sim_2hop"
@@ -252,13 +285,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         ok, why = check_format(traj.text, registry)
         if not ok:  # a bug in the oracle, never in the data
             raise DataBuildError(f"oracle trajectory for {q.uid} breaks the format ({why}): {traj.text!r}")
-        question, segments, answers, answer = q.question, traj.segments, list(q.answers), traj.answer
-        renamed = rename_rng.random() < cfg.rename
-        if renamed:
-            names = names_of_world.mapping([question, traj.text, *answers], rename_rng, decks)
-            question, answers, answer = apply_names(names, question), [apply_names(names, a) for a in answers], \
-                apply_names(names, answer)
-            segments = [{**seg, "text": apply_names(names, seg["text"])} for seg in segments]
+        renamed, question, segments, answers, answer = renamer(q.question, traj.segments, list(q.answers), traj.answer)
         rows.append({
             "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompter(question),
             "response_text": "".join(seg["text"] for seg in segments), "segments": segments, "answers": answers,
@@ -332,11 +359,7 @@ def run(cfg: OracleConfig) -> dict:
         corpus = [chat_text(r["prompt"]) for r in rows] + [r["response_text"] for r in rows] + extra
         # Model names and the world's names as single tokens: shorter sequences, one-step copies.
         world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
-        if cfg.whole_names and not cfg.name_tokens:
-            raise ValueError("--whole-names needs the names as whole tokens (drop --no-name-tokens)")
-        names = ModelRegistry.from_yaml(cfg.pool).names + (world_words(world) if cfg.name_tokens else [])
-        if cfg.whole_names:
-            names += sorted(n for n in world.entities if " " in n)
+        names = token_names(cfg.pool, world, cfg.name_tokens, cfg.whole_names)
         tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=names)
         frozen = None
         if cfg.freeze_names:

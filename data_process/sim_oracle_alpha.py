@@ -19,7 +19,10 @@ multi_hop; a guess, one over the answers of its type. A plan's cost is the sum o
 replies' costs (deterministic). The candidates: one model per remaining hop (every combination), the
 whole question to one model, or a guess without a call. After a reply without an answer the rest is
 planned again from there (the cost so far counts; no model is asked the same thing twice). With
-probability --noise a row is one of sim_oracle's slips instead.
+probability --noise a row is one of sim_oracle's slips instead. --rename and --whole-names mean what they mean
+for sim_oracle (the SFT data of issue 32): a share of rows get their entities renamed to other names of the world,
+consistently across prompt question, segments and answers (routes, alpha, plan and cost unchanged), and each
+multi-word entity name is one token of the tokenizer.
 
 Writes OUT/oracle.parquet (sim_oracle's columns plus alpha and plan), OUT/prompt_template.txt, and
 unless --no-tokenizer the BPE tokenizer and model config of the embedded default (OUT/tokenizer,
@@ -40,7 +43,8 @@ from pathlib import Path
 from data_process.build_qa import size_arg
 from data_process.schema import DataBuildError
 from data_process import sim_oracle
-from data_process.sim_oracle import DEFAULT_POOL, NOISE_MODES, Oracle, Trajectory, chat_text, pick_mode
+from data_process.sim_oracle import (DEFAULT_POOL, NOISE_MODES, Oracle, Renamer, Trajectory, chat_text, pick_mode,
+                                     token_names)
 from router_r1.pool.registry import ModelRegistry, ModelSpec
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import DEFAULT_ENTITIES, RELATIONS, SimQuestion, SimWorld
@@ -72,6 +76,8 @@ class AlphaOracleConfig:
     tokenizer: bool = True
     vocab_size: int = 1024
     model: str | None = None  # JSON of EMBEDDED_MODEL keys to override in OUT/model.json
+    whole_names: bool = False  # each multi-word entity name one token (sim_oracle --whole-names)
+    rename: float = 0.0  # share of rows whose entities are renamed (sim_oracle --rename)
 
 
 @dataclass(frozen=True)
@@ -215,6 +221,7 @@ def build_rows(cfg: AlphaOracleConfig, template_path: str | Path) -> tuple[list[
     backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0, world=world)
     oracle = AlphaOracle(backend, registry, cfg.max_routes)
     template = load_template(template_path)
+    renamer = Renamer(world, template_path, cfg.rename, cfg.seed)
     questions = world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
     oracle.set_window(None if cfg.cost_window else alpha0_costs(oracle, questions), cfg.cost_window)
     rng, alpha_rng = random.Random(cfg.seed), random.Random(f"alpha-{cfg.seed}")  # alphas: a stream of their own
@@ -231,14 +238,15 @@ def build_rows(cfg: AlphaOracleConfig, template_path: str | Path) -> tuple[list[
         ok, why = check_format(traj.text, registry)
         if not ok:  # a bug in the oracle, never in the data
             raise DataBuildError(f"alpha oracle trajectory for {q.uid} breaks the format ({why}): {traj.text!r}")
-        prompt = build_router_prompt(q.question, registry, template, alpha=alpha if cfg.alpha_text else None)
+        renamed, question, segments, answers, answer = renamer(q.question, traj.segments, list(q.answers), traj.answer)
+        prompt = build_router_prompt(question, registry, template, alpha=alpha if cfg.alpha_text else None)
         rows.append({
             "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompt,
-            "response_text": traj.text, "segments": traj.segments, "answers": list(q.answers),
-            "question": q.question, "domain": q.domain, "alpha": float(alpha), "mode": mode,
-            "plan": plan.label if plan else mode, "routes": len(traj.routes),
+            "response_text": "".join(seg["text"] for seg in segments), "segments": segments, "answers": answers,
+            "question": question, "domain": q.domain, "alpha": float(alpha), "mode": mode,
+            "plan": plan.label if plan else mode, "routes": len(traj.routes), "renamed": renamed,
             "route_models": [m for m, _ in traj.routes], "cost_usd": traj.cost_usd,
-            "em": em_score(traj.answer, q.answers),
+            "em": em_score(answer, answers),
         })
     extra = []  # replies of every pool model (unseen too) so the BPE also knows their wording
     everyone = ModelRegistry.from_yaml(cfg.pool)
@@ -275,7 +283,7 @@ def run(cfg: AlphaOracleConfig) -> dict:
     """Write the oracle parquet, the template (and tokenizer, model config); return what was written."""
     import pandas as pd
 
-    from router_r1.embedded import build_tokenizer, render_compact_template, world_words, write_model_config
+    from router_r1.embedded import build_tokenizer, render_compact_template, write_model_config
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -294,7 +302,7 @@ def run(cfg: AlphaOracleConfig) -> dict:
         t1 = time.perf_counter()
         corpus = [chat_text(r["prompt"]) for r in rows] + [r["response_text"] for r in rows] + extra
         world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
-        names = ModelRegistry.from_yaml(cfg.pool).names + world_words(world)  # one token each, as sim_oracle
+        names = token_names(cfg.pool, world, whole_names=cfg.whole_names)  # one token each, as sim_oracle
         tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=names)
         write_model_config(out / "model.json", tok, json.loads(cfg.model) if cfg.model else None)
         written.update(tokenizer=str(out / "tokenizer"), model=str(out / "model.json"),
@@ -330,6 +338,11 @@ def parse_args(argv: list[str] | None = None) -> AlphaOracleConfig:
                    help="do not train OUT/tokenizer nor write OUT/model.json")
     p.add_argument("--vocab-size", type=int, default=1024, help="BPE merges' vocabulary (names and tags come on top)")
     p.add_argument("--model", default=None, help="JSON of model config keys over the embedded default's")
+    p.add_argument("--whole-names", action="store_true",
+                   help="each multi-word entity name (a person, a company) is one token too, as sim_oracle --whole-names")
+    p.add_argument("--rename", type=float, default=0.0,
+                   help="share of rows whose entity names are renamed to other names of the world, consistently "
+                        "across prompt question, trajectory and answers (as sim_oracle --rename)")
     a = p.parse_args(argv)
     return AlphaOracleConfig(**{**vars(a), "alphas": tuple(a.alphas),
                                 "cost_window": tuple(a.cost_window) if a.cost_window else None})

@@ -1,12 +1,14 @@
 """Alpha-conditioned oracle data (issue 31): each row's route is the plan of highest expected reward at its alpha,
 its prompt states that alpha as the environment renders it, and routes only get cheaper as alpha grows."""
 import random
+import re
 
 import pandas as pd
 import pytest
 
 from data_process.sim_oracle_alpha import (GUESS, AlphaOracle, AlphaOracleConfig, alpha0_costs, build_rows,
                                            main, plan_shift, run)
+from data_process.name_swap import EntityNames
 from data_process.sim_oracle import DEFAULT_POOL
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
@@ -120,3 +122,47 @@ def test_bad_input_is_named(tmp_path, capsys):
         build_rows(AlphaOracleConfig(out_dir=tmp_path, n=5, alphas=(0.2, 1.5)), DEFAULT_POOL)
     assert main(["--out-dir", str(tmp_path), "--n", "5", "--no-tokenizer", "--cost-window", "3e-6", "1e-6"]) == 1
     assert "--cost-window must be 0 <= LOW < HIGH" in capsys.readouterr().err
+
+
+def test_renamed_rows_keep_their_routes_and_rename_consistently(tmp_path):
+    # --rename 1 (issue 32's SFT data): the same rows, plans and costs, each row's entities renamed by one mapping
+    cfg = dict(n=80, alphas=ALPHAS, tokenizer=False)
+    run(AlphaOracleConfig(out_dir=tmp_path / "plain", **cfg))
+    run(AlphaOracleConfig(out_dir=tmp_path / "renamed", rename=1.0, **cfg))
+    plain, renamed = (pd.read_parquet(tmp_path / d / "oracle.parquet").to_dict("records") for d in ("plain", "renamed"))
+    names = EntityNames.from_world(SimWorld(seed=0), reserved=set(
+        re.findall(r"\w+", (tmp_path / "plain" / "prompt_template.txt").read_text())))
+    pattern = names._pattern()
+    for p, r in zip(plain, renamed):
+        assert r["renamed"] and not p["renamed"]
+        for key in ("alpha", "plan", "mode", "route_models", "cost_usd", "em", "domain"):
+            assert list(p[key]) == list(r[key]) if key == "route_models" else p[key] == r[key], (r["uid"], key)
+        assert r["question"] != p["question"]
+        content = r["prompt"][0]["content"]
+        assert content.rstrip().endswith(r["question"]) and alpha_text(r["alpha"]).strip() in content
+        assert r["response_text"] == "".join(s["text"] for s in r["segments"])
+        assert [s["by_policy"] for s in p["segments"]] == [s["by_policy"] for s in r["segments"]]
+        texts = lambda row: "\n".join([row["question"], row["response_text"], *row["answers"]])
+        before, after = pattern.findall(texts(p)), pattern.findall(texts(r))
+        assert len(before) == len(after) and pattern.sub("#", texts(p)) == pattern.sub("#", texts(r)), r["uid"]
+        mapping = {}
+        for old, new in zip(before, after):  # one renaming for the whole row: question, segments and answers
+            assert mapping.setdefault(old, new) == new and new != old, (r["uid"], old, new)
+            assert names.type_of[old] == names.type_of[new]
+        assert len(set(mapping.values())) == len(mapping)
+
+
+def test_whole_names_are_one_token(tmp_path):
+    from transformers import AutoTokenizer
+
+    world = SimWorld(seed=0, n_entities_per_type=20)
+    assert main(["--out-dir", str(tmp_path), "--n", "60", "--world-entities", "20", "--whole-names",
+                 "--rename", "1"]) == 0
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
+    person, company = world.by_type["person"][3], world.by_type["company"][3]
+    assert " " in person and " " in company
+    for name in (person, company):
+        ids = tok(f"Who is {name}?", add_special_tokens=False)["input_ids"]
+        assert name in [tok.decode([i]) for i in ids], name
+    rows = pd.read_parquet(tmp_path / "oracle.parquet").to_dict("records")
+    assert all(r["renamed"] for r in rows)

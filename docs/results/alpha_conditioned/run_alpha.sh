@@ -30,6 +30,8 @@ EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}  # the conditioned
 UNSEEN_ALPHAS=${UNSEEN_ALPHAS:-0 0.6 0.9}             # ... and at these also offered the unseen model
 N_ORACLE=${N_ORACLE:-2000}                            # oracle trajectories per SFT set
 NOISE=${NOISE:-0.05}                                  # P(a slip) in the oracle data, as train.sh
+WHOLE_NAMES=${WHOLE_NAMES:-1}                         # each entity name one token, as train.sh (issue 32)
+RENAME=${RENAME:-1}                                   # share of SFT rows whose entities are renamed, as train.sh
 TRAIN_SIZE=${TRAIN_SIZE:-2000} VAL_SIZE=${VAL_SIZE:-100} TEST_SIZE=${TEST_SIZE:-300}
 SFT_EPOCHS=${SFT_EPOCHS:-6}
 SFT_MAX_STEPS=${SFT_MAX_STEPS:-}                      # cap on SFT steps (empty: all epochs)
@@ -55,13 +57,16 @@ O=$OUT/oracle  # the conditioned oracle set: its tokenizer, model config and tem
 TEMPLATE=$O/prompt_template.txt
 
 stage "1/5 data"
+NAMES=(--rename "$RENAME")
+[ "$WHOLE_NAMES" = 1 ] && NAMES+=(--whole-names)  # the tokenizer (the conditioned set's) serves every run
 $PY -m data_process.sim_oracle_alpha --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS --noise "$NOISE" \
-  ${MODEL:+--model "$MODEL"} --report | tee "$OUT/logs/oracle.txt"
+  "${NAMES[@]}" ${MODEL:+--model "$MODEL"} --report | tee "$OUT/logs/oracle.txt"
 FIXED_DATA=$ALPHAS
 [ "$FIXED_SFT" = shared ] && FIXED_DATA=$(echo $ALPHAS | cut -d' ' -f1)
 for a in $FIXED_DATA; do
   $PY -m data_process.sim_oracle_alpha --out-dir "$OUT/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" --alphas "$a" \
-    --no-alpha-text --noise "$NOISE" --prompt-template "$TEMPLATE" --no-tokenizer > "$OUT/logs/oracle_fixed_$a.txt"
+    --no-alpha-text --noise "$NOISE" --rename "$RENAME" --prompt-template "$TEMPLATE" --no-tokenizer \
+    > "$OUT/logs/oracle_fixed_$a.txt"
 done
 $PY -m data_process.sim_qa --out-dir "$OUT/data" --pool "$POOL" --prompt-template "$TEMPLATE" \
   --train-size "$TRAIN_SIZE" --val-size "$VAL_SIZE" --test-size "$TEST_SIZE"
