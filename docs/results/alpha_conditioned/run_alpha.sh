@@ -10,7 +10,8 @@
 #    fixed alpha (the same planner at that alpha, plain prompts), the QA data; all on POOL, whose seen models are
 #    configs/pool/sim.yaml's (sim_unseen.yaml adds SciGLM-6B, never in any training data or prompt)
 # 2. SFT: the conditioned warm start, and each fixed run's (FIXED_SFT=own: on its own alpha's data, the same rows,
-#    epochs and steps; shared: one SFT on the alpha-0 data for the four)
+#    epochs and steps, where two alphas' SFT rows (prompts and trajectories) are identical one SFT serves both, the
+#    model it would train twice; shared: one SFT on the first alpha's data for the four)
 # 3. PPO, PPO_STEPS each: conditioned (env.alphas=ALPHAS, algorithm.whiten_by=alpha unless WHITEN_BY_ALPHA=0) and
 #    one run per alpha of ALPHAS (env.alpha=A); the same batch, lr and steps for all five
 # 4. evaluation on the test questions (greedy, the simulated pool in-process): the baselines (every single model,
@@ -82,8 +83,23 @@ sft() {  # train.sh's stage 3 on $1's oracle.parquet into $2, with the condition
 }
 stage "2/5 SFT: conditioned, then fixed ($FIXED_SFT)"
 sft "$O" "$OUT/sft_cond"
-for a in $FIXED_DATA; do sft "$OUT/oracle_fixed_$a" "$OUT/sft_fixed_$a"; done
-fixed_sft() { [ "$FIXED_SFT" = shared ] && echo "$OUT/sft_fixed_$FIXED_DATA" || echo "$OUT/sft_fixed_$1"; }
+sft_rows_key() {  # a digest of what SFT reads of $1's rows (prompts and segments): equal digests, the same model
+  $PY -c 'import hashlib, json, sys, pandas as pd
+rows = pd.read_parquet(sys.argv[1] + "/oracle.parquet")[["prompt", "segments"]].to_dict("records")
+print(hashlib.sha1(json.dumps(rows, default=list).encode()).hexdigest())' "$1"
+}
+declare -A SFT_OF SFT_BY_KEY
+for a in $FIXED_DATA; do
+  k=$(sft_rows_key "$OUT/oracle_fixed_$a")
+  if [ -n "${SFT_BY_KEY[$k]:-}" ]; then
+    echo "fixed $a: its SFT rows are ${SFT_BY_KEY[$k]}'s, row for row; that SFT serves it" | tee -a "$OUT/logs/sft_shared.txt"
+  else
+    sft "$OUT/oracle_fixed_$a" "$OUT/sft_fixed_$a"
+    SFT_BY_KEY[$k]=$OUT/sft_fixed_$a
+  fi
+  SFT_OF[$a]=${SFT_BY_KEY[$k]}
+done
+fixed_sft() { echo "${SFT_OF[$1]:-$OUT/sft_fixed_$FIXED_DATA}"; }  # shared: the one SFT
 
 source scripts/sim_pool.sh
 start_sim_pool "$OUT/logs/pool_server.log" --pool "$POOL"
