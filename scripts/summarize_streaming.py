@@ -1,7 +1,7 @@
 """Summarise the runs of docs/results/h200/run_streaming.sh (issue 30): per run steps per hour, samples
 per second, tokens per second per GPU (prompt + generated over the whole step, NeMo-RL's unit),
 staleness, drops and importance weights; each run's speedup against sync; reward, format and EM
-against samples trained, as summary.json and learning_curves.png.
+against samples trained, as summary.json, throughput.png and learning_curves.png.
 
     python scripts/summarize_streaming.py DIR [--gpus 1]   # DIR/<phase>/<run>_metrics.jsonl[.gz]
 """
@@ -56,12 +56,18 @@ def summarize_run(rows: list[dict], gpus: int) -> dict:
 
 
 def at_equal_samples(runs: dict) -> dict:
-    """Mean reward / format / EM over the first N samples, N the fewest any run trained."""
+    """Mean reward / format / EM over the first N samples, N the fewest any run trained, with the standard
+    error of that mean from the spread of its steps (a trend inflates it: an upper bound on the noise)."""
     n = int(min(r["samples"][-1] for r in runs.values()))
     out = {"samples": n}
     for name, r in runs.items():
         k = sum(s <= n for s in r["samples"])
-        out[name] = {c: round(statistics.fmean(r[c][:k]), 4) for c in CURVES if r[c][:k]}
+        out[name] = {}
+        for c in CURVES:
+            vals = r[c][:k]
+            if vals:
+                out[name][c] = round(statistics.fmean(vals), 4)
+                out[name][f"{c}_se"] = round(statistics.stdev(vals) / len(vals) ** 0.5, 4) if len(vals) > 1 else 0.0
     return out
 
 
@@ -80,24 +86,59 @@ def summarize(root: Path, gpus: int) -> dict:
     return {"runs": runs, "steps_per_hour_vs_sync": speedup, "at_equal_samples": at_equal_samples(runs) if runs else {}}
 
 
-def plot(summary: dict, out: Path) -> Path:
+def _colour(name: str, runs: list[str]):
+    """Sync runs in greys, the others in the default cycle: the baseline reads at a glance."""
+    others = [r for r in runs if not r.endswith("/sync")]
+    if name.endswith("/sync"):
+        return "0.15" if name.startswith(runs[0].split("/")[0]) else "0.55"
+    return f"C{others.index(name)}"
+
+
+def plot(summary: dict, out: Path) -> list[Path]:
+    """throughput.png (steps per hour, tokens/s/GPU, per run) and learning_curves.png (per samples trained)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for name, run in summary["runs"].items():
+    runs = summary["runs"]
+    names = list(runs)
+    colours = [_colour(n, names) for n in names]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, key, label in ((axes[0], "steps_per_hour", "training steps per hour"),
+                           (axes[1], "tokens_per_s_per_gpu", "tokens/s per GPU")):
+        vals = [runs[n][key] for n in names]
+        bars = ax.bar(range(len(names)), vals, color=colours)
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(label)
+        for bar, n in zip(bars, names):
+            speed = summary["steps_per_hour_vs_sync"].get(n)
+            if speed is not None:
+                ax.annotate(f"{speed:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            ha="center", va="bottom", fontsize=8)
+    axes[0].set_title("steps per hour (label: vs mean sync)", fontsize=9)
+    axes[1].set_title("trained tokens (prompt + generated) / whole step time", fontsize=9)
+    fig.tight_layout()
+    paths = [out / "throughput.png"]
+    fig.savefig(paths[0], dpi=100)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for name, colour in zip(names, colours):
+        run = runs[name]
         for ax, key in zip(axes, CURVES):
             if run[key]:
-                ax.plot(run["samples"][:len(run[key])], run[key], marker=".", label=name)
+                ax.plot(run["samples"][:len(run[key])], run[key], marker=".", color=colour, label=name,
+                        lw=2 if name.endswith("/sync") else 1)
     for ax, key in zip(axes, CURVES):
-        ax.set(xlabel="episodes trained", ylabel=f"training {key}")
+        ax.set(xlabel="episodes trained", ylabel=f"training {key} (mean over the step)")
+        ax.axvline(summary["at_equal_samples"]["samples"], color="0.7", ls=":", lw=1)
+    axes[0].set_title("dotted: the equal-samples cut", fontsize=9)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    path = out / "learning_curves.png"
-    fig.savefig(path, dpi=100)
+    paths.append(out / "learning_curves.png")
+    fig.savefig(paths[1], dpi=100)
     plt.close(fig)
-    return path
+    return paths
 
 
 def main(argv=None) -> int:
@@ -117,9 +158,11 @@ def main(argv=None) -> int:
               f"{summary['steps_per_hour_vs_sync'].get(name, float('nan')):7.2f} "
               f"{r.get('median stream/staleness_mean', 0.0):9.2f} {r['dropped_total']:7.0f}")
     eq = summary["at_equal_samples"]
-    print(f"means over the first {eq['samples']} episodes: " +
-          "; ".join(f"{k} " + " ".join(f"{c} {v:.3f}" for c, v in m.items()) for k, m in eq.items() if k != "samples"))
-    print(f"plot: {plot(summary, args.dir)}")
+    print(f"means over the first {eq['samples']} episodes (+- one standard error over steps):")
+    for k, m in eq.items():
+        if k != "samples":
+            print(f"  {k:22s} " + "  ".join(f"{c} {m[c]:.3f} +- {m[c + '_se']:.3f}" for c in CURVES if c in m))
+    print("plots: " + ", ".join(str(p) for p in plot(summary, args.dir)))
     return 0
 
 

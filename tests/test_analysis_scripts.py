@@ -174,7 +174,9 @@ def test_summarize_streaming_reads_runs_and_compares_with_sync(tmp_path):
     assert summary["steps_per_hour_vs_sync"] == {"a/stream2x": 2.0, "a/sync": 1.0}
     fast = summary["runs"]["a/stream2x"]
     assert fast["steps_per_hour"] == 900.0 and fast["samples_per_s"] == 16.0 and fast["tokens_per_s_per_gpu"] == 125.0
-    assert summary["at_equal_samples"]["samples"] == 256 and (tmp_path / "learning_curves.png").exists()
+    eq = summary["at_equal_samples"]
+    assert eq["samples"] == 256 and eq["a/sync"]["format_ok"] == 0.5 and eq["a/sync"]["format_ok_se"] == 0.0
+    assert (tmp_path / "learning_curves.png").exists() and (tmp_path / "throughput.png").exists()
     assert "a/stream2x" in out
 
 
