@@ -248,6 +248,19 @@ def token_names(pool: str | Path, world: SimWorld, name_tokens: bool = True, who
     return names
 
 
+def own_template(out: Path, prompt_template: str | Path | None, pool: str | Path) -> Path:
+    """OUT/prompt_template.txt: a copy of `prompt_template`, or the compact template over the pool's seen models."""
+    from router_r1.embedded import render_compact_template
+
+    template = out / "prompt_template.txt"
+    if prompt_template:
+        if Path(prompt_template).resolve() != template.resolve():
+            template.write_text(Path(prompt_template).read_text())
+    else:
+        template.write_text(render_compact_template(ModelRegistry.from_yaml(pool).seen()))
+    return template
+
+
 def pick_mode(q: SimQuestion, noise: float, rng: random.Random, prefer_big: float = 0.0) -> str:
     """"oracle", BIG with probability prefer_big, else a NOISE_MODES slip with probability noise."""
     if prefer_big > 0 and rng.random() < prefer_big:  # no draw when off: old seeds give old data

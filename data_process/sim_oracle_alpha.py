@@ -283,16 +283,11 @@ def run(cfg: AlphaOracleConfig) -> dict:
     """Write the oracle parquet, the template (and tokenizer, model config); return what was written."""
     import pandas as pd
 
-    from router_r1.embedded import build_tokenizer, render_compact_template, write_model_config
+    from router_r1.embedded import build_tokenizer, write_model_config
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    template = out / "prompt_template.txt"
-    if cfg.prompt_template:
-        if Path(cfg.prompt_template).resolve() != template.resolve():
-            template.write_text(Path(cfg.prompt_template).read_text())
-    else:
-        template.write_text(render_compact_template(ModelRegistry.from_yaml(cfg.pool).seen()))
+    template = sim_oracle.own_template(out, cfg.prompt_template, cfg.pool)
     t0 = time.perf_counter()
     rows, extra, oracle = build_rows(cfg, template)
     pd.DataFrame(rows).to_parquet(out / "oracle.parquet", index=False)

@@ -211,16 +211,9 @@ def report(rows: list[dict]) -> str:
 def run(cfg: BudgetOracleConfig) -> dict:
     import pandas as pd
 
-    from router_r1.embedded import render_compact_template
-
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    template = out / "prompt_template.txt"
-    if cfg.prompt_template:
-        if Path(cfg.prompt_template).resolve() != template.resolve():
-            template.write_text(Path(cfg.prompt_template).read_text())
-    else:
-        template.write_text(render_compact_template(ModelRegistry.from_yaml(cfg.pool).seen()))
+    template = sim_oracle.own_template(out, cfg.prompt_template, cfg.pool)
     t0 = time.perf_counter()
     rows = build_rows(cfg, template)
     pd.DataFrame(rows).to_parquet(out / "oracle.parquet", index=False)
