@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from router_r1.pool.sim_world import SimWorld
 
@@ -50,7 +51,7 @@ class EntityNames:
         so every name is used once before any is used twice.
         """
         joined = "\n".join(texts)
-        present = sorted({self.name_of[m.group(1)] for m in self._pattern().finditer(joined)})
+        present = sorted({self.name_of[m.group(1)] for m in self._pattern.finditer(joined)})
         taken, out = set(present), {}
         for name in present:
             etype = self.type_of[name]
@@ -68,11 +69,11 @@ class EntityNames:
             out.update(zip(self.aliases[name], self.aliases[new]))
         return out
 
+    @cached_property
     def _pattern(self) -> re.Pattern:
-        if "_re" not in self.__dict__:  # built once: ~2,000 alternatives, longest first (full name before alias)
-            keys = sorted(self.type_of, key=len, reverse=True)
-            object.__setattr__(self, "_re", re.compile(r"\b(" + "|".join(map(re.escape, keys)) + r")\b"))
-        return self.__dict__["_re"]
+        """Any name or alias as a whole word, longest first (a full name before its alias)."""
+        keys = sorted(self.type_of, key=len, reverse=True)
+        return re.compile(r"\b(" + "|".join(map(re.escape, keys)) + r")\b")
 
 
 def apply(mapping: dict[str, str], text: str) -> str:
