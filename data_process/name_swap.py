@@ -51,7 +51,7 @@ class EntityNames:
         so every name is used once before any is used twice.
         """
         joined = "\n".join(texts)
-        present = sorted({self.name_of[m.group(1)] for m in self._pattern.finditer(joined)})
+        present = sorted({self.name_of[m.group(1)] for m in self.pattern.finditer(joined)})
         taken, out = set(present), {}
         for name in present:
             etype = self.type_of[name]
@@ -70,7 +70,7 @@ class EntityNames:
         return out
 
     @cached_property
-    def _pattern(self) -> re.Pattern:
+    def pattern(self) -> re.Pattern:
         """Any name or alias as a whole word, longest first (a full name before its alias)."""
         keys = sorted(self.type_of, key=len, reverse=True)
         return re.compile(r"\b(" + "|".join(map(re.escape, keys)) + r")\b")

@@ -132,7 +132,7 @@ def test_renamed_rows_keep_their_routes_and_rename_consistently(tmp_path):
     plain, renamed = (pd.read_parquet(tmp_path / d / "oracle.parquet").to_dict("records") for d in ("plain", "renamed"))
     names = EntityNames.from_world(SimWorld(seed=0), reserved=set(
         re.findall(r"\w+", (tmp_path / "plain" / "prompt_template.txt").read_text())))
-    pattern = names._pattern()
+    pattern = names.pattern
     for p, r in zip(plain, renamed):
         assert r["renamed"] and not p["renamed"]
         for key in ("alpha", "plan", "mode", "route_models", "cost_usd", "em", "domain"):
