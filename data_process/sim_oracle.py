@@ -16,6 +16,9 @@ cost-aware reward (alpha > 0) has a habit of the warm start to undo. With probab
 the annotator wrongly takes for that domain's specialist (the cheap model weakest on it):
 a systematic slip, so the supervised policy's greedy choice for that domain is the wrong
 expert, and RL, which samples the right one too and is paid for it, can undo it.
+With `rename` a share of trajectories have their entities renamed to others of the world
+(data_process/name_swap.py), and `whole_names` keeps each multi-word name one token: together
+they teach the small policy to copy any name (docs/results/router_quality).
 
 Writes OUT/oracle.parquet (prompt, response_text, segments, answers, ...), the prompt
 template it used (OUT/prompt_template.txt: give it to sim_qa so RL sees the same
