@@ -390,6 +390,31 @@ def run(cfg: OracleConfig) -> dict:
     return written
 
 
+def add_world_args(p: argparse.ArgumentParser) -> None:
+    """The world, pool and question-shape flags every simulated oracle (sim_oracle, sim_oracle_alpha) takes."""
+    p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
+    p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
+                   help="entities per type of the world (must match the pool server's --world-entities)")
+    p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml with sim: profiles (seen models are used)")
+    p.add_argument("--prompt-template", default=None, help="template file (default: compact template + compact pool)")
+    p.add_argument("--two-hop-frac", type=float, default=0.4, help="share of two-hop questions")
+    p.add_argument("--max-routes", type=int, default=3, help="routes per trajectory at most (two hops + one retry)")
+
+
+def add_vocab_args(p: argparse.ArgumentParser) -> None:
+    """The tokenizer, policy-config and name flags every simulated oracle takes."""
+    p.add_argument("--no-tokenizer", dest="tokenizer", action="store_false",
+                   help="do not train OUT/tokenizer nor write OUT/model.json")
+    p.add_argument("--vocab-size", type=int, default=1024, help="BPE merges' vocabulary (names and tags come on top)")
+    p.add_argument("--whole-names", action="store_true",
+                   help="each multi-word entity name (a person, a company) is one token too, so copying it is one step")
+    p.add_argument("--rename", type=float, default=0.0,
+                   help="share of trajectories whose entity names are renamed to other names of the world "
+                        "(so the SFT data shows every name being copied)")
+    p.add_argument("--model", default=None,
+                   help='JSON of model config keys over the embedded default\'s (e.g. \'{"num_hidden_layers": 4}\')')
+
+
 def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p = argparse.ArgumentParser(prog="python -m data_process.sim_oracle", description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", default="data/embedded",
@@ -404,29 +429,14 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--confuse-domains", type=lambda v: tuple(x for x in v.split(",") if x), default=("people", "science"),
                    help="comma-separated domains the annotator mixes up (default people,science)")
     p.add_argument("--seed", type=int, default=0, help="question draw and noise seed")
-    p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
-    p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
-                   help="entities per type of the world (must match the pool server's --world-entities)")
-    p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml with sim: profiles (seen models are used)")
-    p.add_argument("--prompt-template", default=None, help="template file (default: compact template + compact pool)")
-    p.add_argument("--two-hop-frac", type=float, default=0.4, help="share of two-hop questions")
-    p.add_argument("--max-routes", type=int, default=3, help="routes per trajectory at most (two hops + one retry)")
+    add_world_args(p)
     p.add_argument("--report", action="store_true", help="print EM, routes, cost and token lengths")
-    p.add_argument("--no-tokenizer", dest="tokenizer", action="store_false",
-                   help="do not train OUT/tokenizer nor write OUT/model.json")
-    p.add_argument("--vocab-size", type=int, default=1024, help="BPE merges' vocabulary (names and tags come on top)")
+    add_vocab_args(p)
     p.add_argument("--no-name-tokens", dest="name_tokens", action="store_false",
                    help="leave the world's names to the BPE instead of one whole token each")
-    p.add_argument("--whole-names", action="store_true",
-                   help="each multi-word entity name (a person, a company) is one token too, so copying it is one step")
     p.add_argument("--freeze-names", action="store_true",
                    help="write the names' token ids into model.json as frozen_token_ids (their embedding rows stay "
                         "at their random start: a copy circuit that generalises to names training never showed)")
-    p.add_argument("--rename", type=float, default=0.0,
-                   help="share of trajectories whose entity names are renamed to other names of the world "
-                        "(so the SFT data shows every name being copied)")
-    p.add_argument("--model", default=None,
-                   help='JSON of model config keys over the embedded default\'s (e.g. \'{"num_hidden_layers": 4}\')')
     return OracleConfig(**vars(p.parse_args(argv)))
 
 

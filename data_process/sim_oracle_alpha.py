@@ -321,23 +321,9 @@ def parse_args(argv: list[str] | None = None) -> AlphaOracleConfig:
                    help="R_cost's window in USD (default: 5th/95th percentile of the alpha-0 trajectories' costs)")
     p.add_argument("--noise", type=float, default=0.05, help="probability of one of sim_oracle's slips")
     p.add_argument("--seed", type=int, default=0, help="question draw, alpha draw and noise seed")
-    p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
-    p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
-                   help="entities per type of the world (must match the pool server's --world-entities)")
-    p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml with sim: profiles (seen models are used)")
-    p.add_argument("--prompt-template", default=None, help="template file (default: compact template + compact pool)")
-    p.add_argument("--two-hop-frac", type=float, default=0.4, help="share of two-hop questions")
-    p.add_argument("--max-routes", type=int, default=3, help="routes per trajectory at most")
+    sim_oracle.add_world_args(p)
     p.add_argument("--report", action="store_true", help="print EM, calls and cost per alpha, and how plans shift")
-    p.add_argument("--no-tokenizer", dest="tokenizer", action="store_false",
-                   help="do not train OUT/tokenizer nor write OUT/model.json")
-    p.add_argument("--vocab-size", type=int, default=1024, help="BPE merges' vocabulary (names and tags come on top)")
-    p.add_argument("--model", default=None, help="JSON of model config keys over the embedded default's")
-    p.add_argument("--whole-names", action="store_true",
-                   help="each multi-word entity name (a person, a company) is one token too, as sim_oracle --whole-names")
-    p.add_argument("--rename", type=float, default=0.0,
-                   help="share of rows whose entity names are renamed to other names of the world, consistently "
-                        "across prompt question, trajectory and answers (as sim_oracle --rename)")
+    sim_oracle.add_vocab_args(p)
     a = p.parse_args(argv)
     return AlphaOracleConfig(**{**vars(a), "alphas": tuple(a.alphas),
                                 "cost_window": tuple(a.cost_window) if a.cost_window else None})
