@@ -5,7 +5,8 @@
 
 A and B are output directories of router_r1.eval.evaluate (summary.json, trajectories.jsonl), e.g. one without
 and one with --include-unseen; runs are matched by label (--routers: the one router run of each, e.g. a fixed-alpha
-router against the conditioned one told that alpha), questions by uid.
+router against the conditioned one told that alpha; --cross: every run of B against every run of A, e.g. routers
+evaluated on the GPU against baselines evaluated here on the same questions), questions by uid.
 """
 from __future__ import annotations
 
@@ -41,18 +42,23 @@ def router_label(runs: dict, where: Path) -> str:
     return labels[0]
 
 
-def compare(a_dir: Path, b_dir: Path, routers: bool = False) -> dict[str, dict]:
-    """{B's run label: {"against": A's label, "paired": B - A (paired_vs), "unseen_a", "unseen_b"}} for the runs
-    both evaluated (routers: the one router run of each)."""
+def compare(a_dir: Path, b_dir: Path, routers: bool = False, cross: bool = False) -> dict[str, dict]:
+    """{key: {"against": A's label, "paired": B - A (paired_vs), "unseen_a", "unseen_b"}} for the runs both evaluated
+    (routers: the one router run of each; cross: every pair of runs, keyed "B's label vs A's label", else B's label)."""
     runs_a, rec_a = load(a_dir)
     runs_b, rec_b = load(b_dir)
-    pairs = [(router_label(runs_a, a_dir), router_label(runs_b, b_dir))] if routers else \
-        [(x, x) for x in runs_a if x in runs_b]
+    if routers:
+        pairs = [(router_label(runs_a, a_dir), router_label(runs_b, b_dir))]
+    elif cross:
+        pairs = [(la, lb) for lb in runs_b for la in runs_a]
+    else:
+        pairs = [(x, x) for x in runs_a if x in runs_b]
     out = {}
     for la, lb in pairs:
         if la in rec_a and lb in rec_b:
-            out[lb] = {"against": la, "paired": paired_vs(rec_a[la], rec_b[lb], f"{la} in {a_dir}"),
-                       "unseen_a": runs_a[la].get("unseen", {}), "unseen_b": runs_b[lb].get("unseen", {})}
+            out[f"{lb} vs {la}" if cross else lb] = {
+                "run": lb, "against": la, "paired": paired_vs(rec_a[la], rec_b[lb], f"{la} in {a_dir}"),
+                "unseen_a": runs_a[la].get("unseen", {}), "unseen_b": runs_b[lb].get("unseen", {})}
     return out
 
 
@@ -62,14 +68,18 @@ def main(argv=None) -> int:
     p.add_argument("b", help="the compared evaluation directory (e.g. with --include-unseen)")
     p.add_argument("--routers", action="store_true",
                    help="pair the one router run of A with the one of B (their labels differ) instead of by label")
+    p.add_argument("--cross", action="store_true",
+                   help="pair every run of B with every run of A (e.g. routers here against baselines there)")
     p.add_argument("--out", default=None, help="write the comparison as JSON here")
     a = p.parse_args(argv)
-    result = compare(Path(a.a), Path(a.b), a.routers)
+    if a.routers and a.cross:
+        p.error("--routers and --cross are exclusive")
+    result = compare(Path(a.a), Path(a.b), a.routers, a.cross)
     if not result:
         print(f"error: {a.a} and {a.b} share no run label", file=sys.stderr)
         return 2
-    for label, c in result.items():
-        v = c["paired"]
+    for c in result.values():
+        label, v = c["run"], c["paired"]
         (el, eh), (cl, ch) = v["em_diff_ci95"], v["cost_diff_1e6_ci95"]
         print(f"{label} - {c['against']} on {v['n']} questions: EM {v['em_diff']:+.3f} [{el:+.3f}, {eh:+.3f}], cost "
               f"{v['cost_diff_1e6']:+.2f} [{cl:+.2f}, {ch:+.2f}] 1e-6 USD ({v['verdict'].replace('the router', 'A')})")

@@ -110,6 +110,13 @@ def test_evaluation_with_and_without_the_unseen_model(tmp_path, tok, data):
                           text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "r.json").read_text())["scripted"]["paired"] == diff
+    # --cross pairs every run of B with every run of A, keyed "B vs A"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "paired_evals.py"), str(tmp_path / "seen"),
+                           str(tmp_path / "all"), "--cross", "--out", str(tmp_path / "x.json")], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "x.json").read_text()).keys() == {"scripted vs scripted"}
+    assert json.loads((tmp_path / "x.json").read_text())["scripted vs scripted"]["paired"] == diff
 
 
 def test_a_conditioned_router_is_offered_the_unseen_model_on_the_same_data(tmp_path, tok, data, monkeypatch):
