@@ -18,7 +18,10 @@ a systematic slip, so the supervised policy's greedy choice for that domain is t
 expert, and RL, which samples the right one too and is paid for it, can undo it.
 With `rename` a share of trajectories have their entities renamed to others of the world
 (data_process/name_swap.py), and `whole_names` keeps each multi-word name one token: together
-they teach the small policy to copy any name (docs/results/router_quality).
+they teach the small policy to copy any name (docs/results/router_quality). With `vary_pool` a share of
+rows list their own pool (data_process/pool_variation.py: random subsets, orders, names and prices) and route
+to the cheapest listed model naming the hop's domain, so the policy reads the listing instead of memorising
+it, and a model it never saw can be picked from its line (docs/results/unseen_model).
 
 Writes OUT/oracle.parquet (prompt, response_text, segments, answers, ...), the prompt
 template it used (OUT/prompt_template.txt: give it to sim_qa so RL sees the same
@@ -39,11 +42,13 @@ from pathlib import Path
 from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
 from data_process.name_swap import EntityNames
 from data_process.name_swap import apply as apply_names
+from data_process.pool_variation import PoolVariation, name_bank
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, SimQuestion, SimWorld
-from router_r1.prompts import TemplateError, submodel_messages
+from router_r1.embedded import COMPACT_TEMPLATE, world_words
+from router_r1.prompts import TemplateError, build_router_prompt, fill_template, load_template, submodel_messages
 from router_r1.actions import format_observation, render_route
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score
@@ -89,6 +94,9 @@ class OracleConfig:
     # Share of trajectories whose names are renamed, consistently, to other names of the world
     # (data_process/name_swap.py): the copies then cover the whole world, not only the train questions' entities
     rename: float = 0.0
+    # Share of rows whose prompt lists a pool of its own (pool_variation.PoolVariation): the model names'
+    # embedding rows are then frozen too, so an unseen name's untrained row is one the copy circuit knows
+    vary_pool: float = 0.0
 
 
 @dataclass
@@ -120,7 +128,10 @@ class Oracle:
     """Routes hops to the cheapest reliable model, with the noise modes of NOISE_MODES."""
 
     def __init__(self, backend: SimBackend, registry: ModelRegistry, max_routes: int = 3,
-                 confuse: float = 0.0, confuse_domains: tuple[str, ...] = ()):
+                 confuse: float = 0.0, confuse_domains: tuple[str, ...] = (),
+                 specialist: dict[str, ModelSpec] | None = None):
+        """`specialist`: the model each domain's hops go to (a varied listing's choice); default the cheapest
+        model reliable on it."""
         self.backend, self.registry, self.max_routes = backend, registry, max_routes
         self.confuse = confuse
         self.world: SimWorld = backend.world
@@ -136,6 +147,7 @@ class Oracle:
             if not reliable:
                 raise DataBuildError(f"{registry.source}: no model is reliable (>= {RELIABLE}) on {d!r}")
             self.specialist[d] = min(reliable, key=lambda s: s.price_out_per_m)
+        self.specialist.update(specialist or {})
         self.generalists = [s for s in self.models if min(self.acc[s.name].values()) >= 0.75]
         if not self.generalists:
             raise DataBuildError(f"{registry.source}: no generalist model (accuracy >= 0.75 on every domain)")
@@ -167,7 +179,8 @@ class Oracle:
         """Ask, and once ask the most reliable other model if the reply holds no answer."""
         got = self.ask(traj, think, spec, query)
         if got is None and len(traj.routes) < self.max_routes:
-            other = self.best(domain, {spec.name})
+            # another backend: a listing may show one profile under two names, and it would answer the same
+            other = self.best(domain, {s.name for s in self.models if s.api_id == spec.api_id})
             got = self.ask(traj, f"No answer. Ask {other.name}.", other, query)
         return got
 
@@ -238,14 +251,33 @@ class Renamer:
             apply_names(names, answer)
 
 
-def token_names(pool: str | Path, world: SimWorld, name_tokens: bool = True, whole_names: bool = False) -> list[str]:
-    """Words the tokenizer keeps whole: the pool's model names, the world's names (name_tokens) and each
-    multi-word entity name (whole_names: a copy is one step, not name, space, name in the right order)."""
+def varied_pools(cfg: OracleConfig, registry: ModelRegistry, world: SimWorld) -> PoolVariation:
+    """The --vary-pool listings over the seen models, their names from a bank clear of the pool's, the world's
+    and the template's words."""
+    reserved = set(ModelRegistry.from_yaml(cfg.pool).names) | set(world_words(world)) | \
+        set(re.findall(r"\w+", COMPACT_TEMPLATE.read_text()))
+    return PoolVariation(registry, name_bank(reserved=reserved, seed=cfg.world_seed))
+
+
+def model_names(cfg: OracleConfig, world: SimWorld) -> list[str]:
+    """Every model name a prompt may list: the pool's (the unseen ones too) and, with --vary-pool, the bank's."""
+    names = ModelRegistry.from_yaml(cfg.pool).names
+    if cfg.vary_pool > 0:
+        names = names + varied_pools(cfg, ModelRegistry.from_yaml(cfg.pool).seen(), world).bank
+    return names
+
+
+def token_names(pool: str | Path, world: SimWorld, name_tokens: bool = True, whole_names: bool = False,
+                models: list[str] | None = None) -> list[str]:
+    """Words the tokenizer keeps whole: the model names (`models`, default the pool's), the world's names
+    (name_tokens) and each multi-word entity name (whole_names: a copy is one step, not name, space, name in
+    the right order)."""
     from router_r1.embedded import world_words
 
     if whole_names and not name_tokens:
         raise ValueError("--whole-names needs the names as whole tokens (drop --no-name-tokens)")
-    names = ModelRegistry.from_yaml(pool).names + (world_words(world) if name_tokens else [])
+    models = ModelRegistry.from_yaml(pool).names if models is None else models
+    names = list(models) + (world_words(world) if name_tokens else [])
     if whole_names:
         names += sorted(n for n in world.entities if " " in n)
     return names
@@ -284,6 +316,10 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         raise ValueError(f"--confuse must be in [0, 1], got {cfg.confuse}")
     if cfg.max_routes < 2:
         raise ValueError(f"--max-routes must be >= 2 (two hops), got {cfg.max_routes}")
+    if not 0.0 <= cfg.vary_pool <= 1.0:
+        raise ValueError(f"--vary-pool must be in [0, 1], got {cfg.vary_pool}")
+    if cfg.vary_pool > 0 and cfg.prompt_template:
+        raise ValueError("--vary-pool lists each row's own pool in the compact template: drop --prompt-template")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
     world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
     backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0, world=world)
@@ -292,23 +328,37 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     questions = backend.world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
     rng = random.Random(cfg.seed)
     renamer = Renamer(world, template_path, cfg.rename, cfg.seed)
+    variation = varied_pools(cfg, registry, world) if cfg.vary_pool > 0 else None
+    vary_rng = random.Random(f"vary-pool-{cfg.seed}")  # its own stream: questions and noise as without
+    compact = load_template(COMPACT_TEMPLATE)
     rows, counts = [], {}
     for q in questions:
         source = "sim_1hop" if len(q.hops) == 1 else "sim_2hop"
         index = counts[source] = counts.get(source, -1) + 1
         mode = pick_mode(q, cfg.noise, rng, cfg.prefer_big)
-        traj = oracle.run(q, mode, rng)
-        ok, why = check_format(traj.text, registry)
+        listing, row_oracle, row_registry = None, oracle, registry
+        if variation is not None and vary_rng.random() < cfg.vary_pool:
+            listing = variation.draw(vary_rng)
+            row_registry = listing.registry
+            row_oracle = Oracle(backend, row_registry, cfg.max_routes, specialist=listing.choices())
+        traj = row_oracle.run(q, mode, rng)
+        ok, why = check_format(traj.text, row_registry)
         if not ok:  # a bug in the oracle, never in the data
             raise DataBuildError(f"oracle trajectory for {q.uid} breaks the format ({why}): {traj.text!r}")
         renamed, question, segments, answers, answer = renamer(q.question, traj.segments, list(q.answers), traj.answer)
+        prompt = prompter(question) if listing is None else \
+            build_router_prompt(question, row_registry, fill_template(compact, pool=listing.text))
+        profile = {ln.spec.name: ln.profile for ln in listing.lines} if listing else {}
         rows.append({
-            "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompter(question),
+            "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompt,
             "response_text": "".join(seg["text"] for seg in segments), "segments": segments, "answers": answers,
             "question": question, "domain": q.domain, "mode": "confused" if traj.confused else mode,
             "routes": len(traj.routes), "renamed": renamed,
             "route_models": [m for m, _ in traj.routes], "cost_usd": traj.cost_usd,
             "em": em_score(answer, answers),
+            # a varied row's pool lines, and the pool model answering each route ("" / [] for the pool's own)
+            "listing": listing.text if listing else "",
+            "route_profiles": [profile[m] for m, _ in traj.routes] if listing else [],
         })
     # Replies of every pool model (unseen too) so the BPE also knows their wording.
     extra = []
@@ -375,13 +425,17 @@ def run(cfg: OracleConfig) -> dict:
         corpus = [chat_text(r["prompt"]) for r in rows] + [r["response_text"] for r in rows] + extra
         # Model names and the world's names as single tokens: shorter sequences, one-step copies.
         world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
-        names = token_names(cfg.pool, world, cfg.name_tokens, cfg.whole_names)
+        models = model_names(cfg, world)
+        names = token_names(cfg.pool, world, cfg.name_tokens, cfg.whole_names, models)
         tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=names)
-        frozen = None
+        frozen = set()
         if cfg.freeze_names:
             if not cfg.name_tokens:
                 raise ValueError("--freeze-names needs the names as whole tokens (drop --no-name-tokens)")
-            frozen = sorted({tok.convert_tokens_to_ids(w) for w in world_words(world)})
+            frozen |= {tok.convert_tokens_to_ids(w) for w in world_words(world)}
+        if cfg.vary_pool > 0:  # a name is a label to copy, never a memorised route; the unseen one's row too
+            frozen |= {tok.convert_tokens_to_ids(m) for m in models}
+        frozen = sorted(frozen) or None
         write_model_config(out / "model.json", tok, json.loads(cfg.model) if cfg.model else None, frozen)
         written.update(tokenizer=str(out / "tokenizer"), model=str(out / "model.json"),
                        tokenizer_s=time.perf_counter() - t1)
@@ -434,6 +488,10 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     add_vocab_args(p)
     p.add_argument("--no-name-tokens", dest="name_tokens", action="store_false",
                    help="leave the world's names to the BPE instead of one whole token each")
+    p.add_argument("--vary-pool", type=float, default=0.0,
+                   help="share of rows whose prompt lists a pool of its own (random models, names from a bank, "
+                        "prices), routed to the cheapest listed model naming the domain; freezes the model "
+                        "names' embedding rows (data_process/pool_variation.py)")
     p.add_argument("--freeze-names", action="store_true",
                    help="write the names' token ids into model.json as frozen_token_ids (their embedding rows stay "
                         "at their random start: a copy circuit that generalises to names training never showed)")

@@ -1,0 +1,135 @@
+"""Varied pool listings in the oracle's SFT rows (--vary-pool, data_process/pool_variation.py).
+
+Each varied row lists its own models (subset, order, names, prices); its routes must name a listed model,
+the oracle's first ask per hop must be the cheapest listed line naming the hop's domain, every shown name
+must resolve to its profile's backend, and the unseen model's name must be a frozen whole token.
+"""
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from data_process.pool_variation import Line, Listing, PoolVariation, canonical_listing, name_bank
+from data_process.sim_oracle import OracleConfig, build_rows, main as oracle_main, own_template
+from router_r1.embedded import compact_pool_text
+from router_r1.pool.registry import ModelRegistry
+from router_r1.pool.sim_backend import SimBackend
+from router_r1.pool.sim_world import DOMAINS
+from router_r1.prompts import submodel_messages
+
+ROOT = Path(__file__).resolve().parents[1]
+UNSEEN = ROOT / "configs" / "pool" / "sim_unseen.yaml"
+LINE = re.compile(r"^(\S+) \$([0-9.]+): (.+)$", re.M)
+ASK = re.compile(r"A (\w+) fact\. Ask (\S+)\.</think><search>\2: ([^<]+)</search>\s*<information>([^<]*)</information>")
+
+
+def varied_rows(tmp_path, n=60, share=1.0, **kw):
+    Path(tmp_path).mkdir(parents=True, exist_ok=True)
+    cfg = OracleConfig(out_dir=tmp_path, n=n, noise=0.0, pool=UNSEEN, vary_pool=share, tokenizer=False, **kw)
+    return build_rows(cfg, own_template(Path(tmp_path), None, UNSEEN))[0]
+
+
+def listed(row) -> dict[str, tuple[float, str]]:
+    return {name: (float(price), topics) for name, price, topics in LINE.findall(row["listing"])}
+
+
+def test_rows_list_varied_pools_and_route_to_the_cheapest_listed_model_naming_the_domain(tmp_path):
+    rows = varied_rows(tmp_path)
+    listings = [r["listing"] for r in rows]
+    assert all(listings) and len(set(listings)) == len(rows)  # every row its own pool
+    sizes = {len(listed(r)) for r in rows}
+    assert len(sizes) >= 3  # subsets of several sizes
+    assert len({tuple(sorted(listed(r))) for r in rows}) == len(rows)  # names vary, not only order
+    backend = SimBackend.from_pool_yaml(UNSEEN)
+    full = ModelRegistry.from_yaml(UNSEEN)
+    rivals = 0
+    for r in rows:
+        lines = listed(r)
+        prompt = r["prompt"][-1]["content"]
+        assert r["listing"] in prompt and "SciGLM" not in prompt  # the unseen model is never listed in training
+        assert set(r["route_models"]) <= set(lines)  # every call names a listed model
+        asks = ASK.findall(r["response_text"])
+        assert asks, r["response_text"]
+        domain, model, query, reply = asks[0]  # the first ask of the first hop (retries say "No answer")
+        naming = {m: p for m, (p, topics) in lines.items() if domain in topics.split(", ")}
+        assert model == min(naming, key=naming.get), (domain, model, lines)
+        rivals += sum(1 for d in DOMAINS if sum(d in t.split(", ") for _, t in lines.values()) > 1) > 0
+        # the shown name is answered by its profile's expert: the observation is that expert's reply
+        spec = full[r["route_profiles"][0]]
+        assert backend.respond(spec.api_id, submodel_messages(query), spec.max_tokens)[0].strip() == reply.strip()
+    assert rivals > len(rows) // 3  # two listed lines naming one domain at different prices are common
+
+
+def test_vary_pool_keeps_questions_and_noise_and_a_share_keeps_the_pools_own_listing(tmp_path):
+    plain = varied_rows(tmp_path / "a", n=80, share=0.0)
+    half = varied_rows(tmp_path / "b", n=80, share=0.5)
+    assert [r["question"] for r in plain] == [r["question"] for r in half]
+    assert [r["mode"] for r in plain] == [r["mode"] for r in half]
+    kept = [(p, h) for p, h in zip(plain, half) if not h["listing"]]
+    assert 20 < len(kept) < 60
+    assert all(p["prompt"] == h["prompt"] and p["response_text"] == h["response_text"] for p, h in kept)
+    assert not any(r["listing"] for r in plain)
+
+
+def test_listing_choice_names_resolution_and_the_unseen_specialist():
+    full = ModelRegistry.from_yaml(UNSEEN)
+    seen = full.seen()
+    assert canonical_listing(seen).text == compact_pool_text(seen)
+    # the pool's own listing picks the oracle's specialists, and with the unseen line SciGLM-6B for science
+    assert {d: s.name for d, s in canonical_listing(seen).choices().items()}["science"] == "Qwen2.5-7B-Instruct"
+    assert canonical_listing(full).choice("science").name == "SciGLM-6B"
+    assert canonical_listing(full).choice("business").name == "Qwen2.5-7B-Instruct"
+    bank = name_bank(reserved=set(full.names))
+    variation = PoolVariation(seen, bank)
+    rng = random.Random(3)
+    for _ in range(50):
+        listing = variation.draw(rng)
+        reg = listing.registry
+        for line in listing.lines:
+            assert line.spec.name in bank
+            assert reg.resolve(line.spec.name).api_id == seen[line.profile].api_id  # the name's backend
+            assert set(line.topics) <= set(DOMAINS)
+        for d in DOMAINS:
+            pick = listing.choice(d)
+            naming = [ln for ln in listing.lines if d in ln.topics]
+            assert naming and pick.price_out_per_m == min(ln.spec.price_out_per_m for ln in naming)
+    gen = seen["Mixtral-8x22B-Instruct"]
+    with pytest.raises(ValueError, match="names no model for 'arts'"):
+        Listing((Line(seen["Qwen2.5-7B-Instruct"], "Qwen2.5-7B-Instruct", ("science",)),)).choice("arts")
+    assert Listing((Line(gen, gen.name, ()),)).choice("arts") is gen  # no line names it: the generalist
+
+
+def test_name_bank_is_distinct_and_avoids_reserved_words():
+    bank = name_bank(50, reserved={"Kavo"})
+    assert len(bank) == 50 and len({b.lower().replace("-", "") for b in bank}) == 50
+    assert not any(b.split("-")[0] == "Kavo" for b in bank)
+    assert bank == name_bank(50, reserved={"Kavo"})  # deterministic: the tokenizer and the data agree
+    with pytest.raises(ValueError, match="too small"):
+        PoolVariation(ModelRegistry.from_yaml(UNSEEN).seen(), bank[:3])
+
+
+def test_tokenizer_keeps_every_model_name_whole_and_frozen(tmp_path, capsys):
+    assert oracle_main(["--out-dir", str(tmp_path), "--pool", str(UNSEEN), "--n", "24", "--vary-pool", "1",
+                        "--vocab-size", "300", "--whole-names"]) == 0
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
+    frozen = set(json.loads((tmp_path / "model.json").read_text())["frozen_token_ids"])
+    ids = tok("SciGLM-6B $0.05: science", add_special_tokens=False)["input_ids"]
+    assert ids[0] in frozen and tok.decode(ids[:1]) == "SciGLM-6B"  # one whole token, held at its random start
+    import pandas as pd
+
+    for name in listed(pd.read_parquet(tmp_path / "oracle.parquet").iloc[0]):  # the bank's names too
+        assert tok.convert_tokens_to_ids(name) in frozen
+
+
+def test_bad_vary_pool_values_are_errors(tmp_path, capsys):
+    assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--vary-pool", "1.5", "--no-tokenizer"]) == 1
+    assert "--vary-pool must be in [0, 1], got 1.5" in capsys.readouterr().err
+    template = tmp_path / "t.txt"
+    template.write_text("Models:\nX $1: all\nQuestion: {question}\n")
+    assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--vary-pool", "0.5", "--prompt-template",
+                        str(template), "--no-tokenizer"]) == 1
+    assert "drop --prompt-template" in capsys.readouterr().err
