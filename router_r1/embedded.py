@@ -19,6 +19,7 @@ COMPACT_TEMPLATE = REPO_ROOT / "configs" / "prompts" / "compact.txt"
 
 STRONG_ACCURACY = 0.9  # a domain is a model's strength from this accuracy on
 GENERALIST_ACCURACY = 0.75  # right at least this often on every domain: "all topics"
+FAIR_ACCURACY = 0.6  # a cheap weaker specialist's domains (configs/pool/sim_tradeoff.yaml) still get named: "fair on"
 
 # 2 layers of width 128 (~0.4M parameters besides the tied vocab x 128 embedding). Sized so
 # that SFT (~750 steps) and PPO fit the two-core CPU budget; on held-out questions it copied
@@ -40,7 +41,7 @@ EMBEDDED_MODEL = {
 
 
 def model_topics(spec) -> str:
-    """What one model is good at, from its `sim:` profile: "science, business" or "all topics"."""
+    """What one model is good at, from its `sim:` profile: "science, business", "fair on arts" or "all topics"."""
     acc = (spec.sim or {}).get("accuracy")
     if not isinstance(acc, dict) or not acc:
         raise ValueError(f"model {spec.name!r} has no sim.accuracy profile: the compact pool text needs one")
@@ -49,7 +50,11 @@ def model_topics(spec) -> str:
     if min(per.values()) >= GENERALIST_ACCURACY:
         best = [d for d in strong if per[d] > min(per.values())]
         return "all topics" + (f", best at {', '.join(best)}" if best else "")
-    return ", ".join(strong) if strong else "no strong topic"
+    fair = [d for d in DOMAINS if FAIR_ACCURACY <= per[d] < STRONG_ACCURACY]
+    parts = [", ".join(strong)] if strong else []
+    if fair:
+        parts.append("fair on " + ", ".join(fair))
+    return "; ".join(parts) or "no strong topic"
 
 
 def compact_pool_text(registry: ModelRegistry) -> str:

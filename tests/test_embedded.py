@@ -81,9 +81,14 @@ def test_model_topics_branches_and_errors():
         {"name": "A", "api_id": "a", "price_out_per_m": 1, "sim": {"accuracy": {"default": 0.8, "arts": 0.97}}},
         {"name": "B", "api_id": "b", "price_out_per_m": 1, "sim": {"accuracy": {"default": 0.3}}},
         {"name": "C", "api_id": "c", "price_out_per_m": 1},
+        {"name": "D", "api_id": "d", "price_out_per_m": 1, "sim": {"accuracy": {"default": 0.2, "arts": 0.65}}},
+        {"name": "E", "api_id": "e", "price_out_per_m": 1,
+         "sim": {"accuracy": {"default": 0.2, "arts": 0.95, "science": 0.85, "sports": 0.6}}},
     ]})
     assert model_topics(reg["A"]) == "all topics, best at arts"
     assert model_topics(reg["B"]) == "no strong topic"
+    assert model_topics(reg["D"]) == "fair on arts"
+    assert model_topics(reg["E"]) == "arts; fair on science, sports"
     with pytest.raises(ValueError, match="'C'.*sim.accuracy"):
         model_topics(reg["C"])
 

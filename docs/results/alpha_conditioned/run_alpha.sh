@@ -28,7 +28,7 @@ RESULTS=${RESULTS:-docs/results/alpha_conditioned}
 POOL=${POOL:-configs/pool/sim_unseen.yaml}
 ALPHAS=${ALPHAS:-0 0.3 0.6 0.9}                       # trained on (conditioned) and one fixed run each
 EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}  # the conditioned router is told each
-UNSEEN_ALPHAS=${UNSEEN_ALPHAS:-0 0.6 0.9}             # ... and at these also offered the unseen model
+UNSEEN_ALPHAS=${UNSEEN_ALPHAS-0 0.6 0.9}              # ... and at these also offered the unseen model (empty: none)
 N_ORACLE=${N_ORACLE:-2000}                            # oracle trajectories per SFT set
 NOISE=${NOISE:-0.05}                                  # P(a slip) in the oracle data, as train.sh
 WHOLE_NAMES=${WHOLE_NAMES:-1}                         # each entity name one token, as train.sh (issue 32)
@@ -41,7 +41,7 @@ PPO_STEPS=${PPO_STEPS:-40}
 PPO_ARGS=${PPO_ARGS:-}                                # extra hydra overrides for all five PPO runs
 WHITEN_BY_ALPHA=${WHITEN_BY_ALPHA:-1}
 EVAL_LIMIT=${EVAL_LIMIT:-}                            # test questions per file (empty: all)
-BASELINES=${BASELINES:-all}                           # --baseline values (empty: none)
+BASELINES=${BASELINES-all}                            # --baseline values (empty: none)
 CALIBRATE_TARGET=${CALIBRATE_TARGET:-0.005}           # USD per 1,000 validation questions (empty: no calibration)
 MODEL=${MODEL:-}                                      # JSON over the embedded policy's config (a smoke shrinks it)
 # SMOKE (about 3 min on 2 idle cores): N_ORACLE=64 TRAIN_SIZE=64 VAL_SIZE=8 TEST_SIZE=24 SFT_EPOCHS=1 SFT_MAX_STEPS=4
@@ -144,7 +144,9 @@ $PY -m router_r1.eval.report "${SUMMARIES[@]}" --out "$RESULTS/pareto.png" > "$R
     [ -d "$E/cond_$a" ] || evaluate "cond_$a" --checkpoint "$OUT/ppo_cond/hf" --alpha "$a"
     $PY scripts/paired_evals.py "$E/fixed_$a" "$E/cond_$a" --routers --out "$RESULTS/paired_cond_vs_fixed_$a.json"
   done
-  echo "# with the unseen SciGLM-6B offered (--include-unseen) minus without, the conditioned router told A"
+  if [ -n "$UNSEEN_ALPHAS" ]; then
+    echo "# with the pool's unseen models offered (--include-unseen) minus without, the conditioned router told A"
+  fi
   for a in $UNSEEN_ALPHAS; do
     $PY scripts/paired_evals.py "$E/cond_$a" "$E/unseen_$a" --out "$RESULTS/paired_unseen_$a.json"
   done
