@@ -23,6 +23,8 @@ SFT_EPOCHS=${SFT_EPOCHS:-3}
 SFT_LR=${SFT_LR:-3e-4}
 SFT_BATCH=${SFT_BATCH:-32}
 SFT_TIME_LIMIT=${SFT_TIME_LIMIT:-}   # seconds; the SFT stage stops there and saves (empty: none)
+SFT_CONTEXT_LOSS=${SFT_CONTEXT_LOSS:-1.0}  # loss weight of prompt and <information> tokens in SFT (0: the policy's only;
+                                           # a pretrained start needs no help to read, and its few decision tokens weigh more)
 TOKENIZER=${TOKENIZER:-}              # empty: the BPE that the oracle stage trains
 ROLLOUT=${ROLLOUT:-hf_static}
 PPO_FLAGS=${PPO_FLAGS:-}             # extra hydra overrides for both PPO runs (e.g. env.schedule=sync)
@@ -45,7 +47,7 @@ $PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/
 
 stage "supervised warm start"
 $PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$MODEL" --tokenizer "${TOKENIZER:-$OUT/oracle/tokenizer}" \
-  --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr "$SFT_LR" --batch-size "$SFT_BATCH" --context-loss-weight 1.0 \
+  --out "$OUT/sft" --epochs "$SFT_EPOCHS" --lr "$SFT_LR" --batch-size "$SFT_BATCH" --context-loss-weight "$SFT_CONTEXT_LOSS" \
   --device "$DEVICE" ${SFT_TIME_LIMIT:+--time-limit-s $SFT_TIME_LIMIT} --prompt-template "$OUT/oracle/prompt_template.txt"
 
 stage "simulated pool server"
