@@ -1,5 +1,6 @@
 """A pool model the router never saw (issue 31): configs/pool/sim_unseen.yaml's new science specialist, and
 evaluation with and without --include-unseen reporting its share of the science calls, on a tiny setup."""
+import gzip
 import json
 import re
 import subprocess
@@ -117,6 +118,14 @@ def test_evaluation_with_and_without_the_unseen_model(tmp_path, tok, data):
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "x.json").read_text()).keys() == {"scripted vs scripted"}
     assert json.loads((tmp_path / "x.json").read_text())["scripted vs scripted"]["paired"] == diff
+    # records kept gzipped (as in docs/results) read the same
+    plain = tmp_path / "all" / "trajectories.jsonl"
+    (tmp_path / "all" / "trajectories.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "paired_evals.py"), str(tmp_path / "seen"),
+                           str(tmp_path / "all"), "--out", str(tmp_path / "z.json")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "z.json").read_text())["scripted"]["paired"] == diff
 
 
 def test_a_conditioned_router_is_offered_the_unseen_model_on_the_same_data(tmp_path, tok, data, monkeypatch):
