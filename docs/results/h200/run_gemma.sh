@@ -8,19 +8,8 @@
 # The pipeline stops at LIMIT seconds (a device call lasts at most 600 s); what it wrote is packed anyway.
 set -uo pipefail
 RESULTS=${1:?where the results go}
-GG=/tmp/gg PIECES=${PIECES:-/tmp/pieces}
-GGUF=$GG/gemma-3-270m-q4_k_m.gguf
-mkdir -p "$GG" "$RESULTS"
-if [ ! -f "$GGUF" ] && [ -f "$PIECES/b0" ]; then  # a missing piece fails the tar or the checksum below
-  cat "$PIECES"/b[0-9] | tar x -C "$GG" && tar xzf "$GG/tok.tgz" -C "$GG"
-fi
-[ -f "$GGUF" ] || cat $GG/c0 $GG/c1 $GG/c2 $GG/c3 $GG/c4 > "$GGUF"
-echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  $GGUF" | sha256sum -c || exit 1
-if [ -d "$GG/whl" ]; then  # the device lacks hydra, omegaconf, openai, gguf
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$GG"/whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
-[ -d "$GG/tok" ] && TOKENIZER=${TOKENIZER:-$GG/tok}
+mkdir -p "$RESULTS"
+source "$(dirname "$0")/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHONPATH
 RUN=${RUN:-/tmp/gemma_run}
 # transformers 5.17 (the device's) converts this GGUF's vocabulary unsoundly and load_tokenizer refuses
 # it: the directory that `python scripts/save_gguf_tokenizer.py $GGUF DIR` wrote with 5.24 (in the pieces)

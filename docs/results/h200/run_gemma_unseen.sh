@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Issue 31's unseen model with the pretrained Gemma 3 270M (device tool; the bundle as for run_gemma.sh: the
+# calls before this one leave .gg/b0 ... in $PIECES, this one carries the last piece). SFT on oracle rows of
+# which VARY share list a pool of their own (sim_oracle --vary-pool: random models, made-up names, prices; the
+# pick is the cheapest listed model naming the domain), then the 300 test questions twice, paired: the seen
+# pool's listing, and the listing with SciGLM-6B ($0.05, science; never in a training row) under
+# --include-unseen. VARY=0 is the same SFT on the fixed listing (pipeline_gemma_s8's warm start).
+#   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
+# A CPU smoke of the wiring: MODEL='{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+#   "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}' DEVICE=cpu N_ORACLE=32 TEST_SIZE=8 ...
+set -uo pipefail
+RESULTS=${1:?where the results go}
+mkdir -p "$RESULTS"
+source "$(dirname "$0")/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHONPATH
+RUN=${RUN:-/tmp/gemma_unseen} POOL=configs/pool/sim_unseen.yaml VARY=${VARY:-0.5}
+MODEL=${MODEL:-$GGUF} DEVICE=${DEVICE:-cuda} TEST_SIZE=${TEST_SIZE:-300}
+export TOKENIZERS_PARALLELISM=false
+(
+  set -e
+  start=$(date +%s)
+  stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
+  stage "oracle rows (vary-pool $VARY), test data with and without SciGLM-6B listed"
+  # the oracle's pool holds SciGLM-6B so that no row's made-up names take it; its rows list seen models only
+  python3 -m data_process.sim_oracle --out-dir "$RUN/oracle" --n "${N_ORACLE:-2000}" --noise 0.05 --rename 1 \
+    --vary-pool "$VARY" --pool "$POOL" --report
+  python3 -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
+    --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
+  python3 -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
+sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))' "$POOL" > "$RUN/prompt_template_unseen.txt"
+  python3 -m data_process.sim_qa --out-dir "$RUN/data_unseen" --prompt-template "$RUN/prompt_template_unseen.txt" \
+    --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
+  stage "supervised warm start (pipeline_gemma_s8's settings)"
+  python3 -m verl.trainer.sft --data "$RUN/oracle/oracle.parquet" --model "$MODEL" --tokenizer "$TOKENIZER" \
+    --out "$RUN/sft" --epochs 3 --lr 1e-4 --batch-size 16 --context-loss-weight 0 --device "$DEVICE" \
+    --time-limit-s "${SFT_TIME_LIMIT:-260}" --prompt-template "$RUN/oracle/prompt_template.txt"
+  stage "evaluation: the seen listing, then SciGLM-6B offered"
+  # turns and lengths: the PPO runs' of pipeline_gemma_s8 (an SFT checkpoint's run config has none of its own)
+  ev() { python3 -m router_r1.eval.evaluate --pool "$POOL" --sim --greedy --alpha 0 --device "$DEVICE" --rollout hf_static \
+    --batch-size 256 --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 \
+    --checkpoint "$RUN/sft" "$@"; }
+  ev --data "$RUN/data/test.parquet" --out "$RUN/eval_seen"
+  ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
+    --out "$RUN/eval_unseen"
+  python3 scripts/paired_evals.py "$RUN/eval_seen" "$RUN/eval_unseen" --out "$RUN/paired_unseen.json"
+  stage done
+) > "$RESULTS/run.txt" 2>&1
+echo "rc $?" >> "$RESULTS/run.txt"
+(cd "$RUN" && find . -type f ! -name '*.safetensors' ! -name '*.pt' ! -name '*.parquet' ! -name 'tokenizer*' \
+   -size -4M | tar czf "$RESULTS/unseen_run.tgz" -T -)
+tail -30 "$RESULTS/run.txt"
