@@ -10,9 +10,9 @@ the same domain. The oracle's choice for a domain is the cheapest listed line th
 a new "SciGLM-6B $0.05: science" line the pick over "Qwen2.5-7B-Instruct $0.30: science, business".
 
 Every line's name resolves, in the row's own registry (Listing.registry), to a spec with its profile's
-api_id, so the simulated backend answers as that profile and check_format accepts the routes. The
-names are whole tokens of the tokenizer; sim_oracle holds their embedding rows at their random start
-(frozen_token_ids), so the unseen model's untrained token is one more random row the copy circuit knows.
+api_id, so the simulated backend answers as that profile and check_format accepts the routes. The names
+are whole tokens of the tokenizer, each copied in many rows; a name no row shows (the unseen model's) gets
+a row drawn like theirs before it is offered (scripts/new_model_names.py).
 """
 from __future__ import annotations
 

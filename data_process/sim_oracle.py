@@ -94,8 +94,8 @@ class OracleConfig:
     # Share of trajectories whose names are renamed, consistently, to other names of the world
     # (data_process/name_swap.py): the copies then cover the whole world, not only the train questions' entities
     rename: float = 0.0
-    # Share of rows whose prompt lists a pool of its own (pool_variation.PoolVariation): the model names'
-    # embedding rows are then frozen too, so an unseen name's untrained row is one the copy circuit knows
+    # Share of rows whose prompt lists a pool of its own (pool_variation.PoolVariation), its names from a bank
+    # (whole tokens), routed to the cheapest listed model naming the domain
     vary_pool: float = 0.0
 
 
@@ -433,8 +433,6 @@ def run(cfg: OracleConfig) -> dict:
             if not cfg.name_tokens:
                 raise ValueError("--freeze-names needs the names as whole tokens (drop --no-name-tokens)")
             frozen |= {tok.convert_tokens_to_ids(w) for w in world_words(world)}
-        if cfg.vary_pool > 0:  # a name is a label to copy, never a memorised route; the unseen one's row too
-            frozen |= {tok.convert_tokens_to_ids(m) for m in models}
         frozen = sorted(frozen) or None
         write_model_config(out / "model.json", tok, json.loads(cfg.model) if cfg.model else None, frozen)
         written.update(tokenizer=str(out / "tokenizer"), model=str(out / "model.json"),
@@ -490,8 +488,7 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
                    help="leave the world's names to the BPE instead of one whole token each")
     p.add_argument("--vary-pool", type=float, default=0.0,
                    help="share of rows whose prompt lists a pool of its own (random models, names from a bank, "
-                        "prices), routed to the cheapest listed model naming the domain; freezes the model "
-                        "names' embedding rows (data_process/pool_variation.py)")
+                        "prices), routed to the cheapest listed model naming the domain (data_process/pool_variation.py)")
     p.add_argument("--freeze-names", action="store_true",
                    help="write the names' token ids into model.json as frozen_token_ids (their embedding rows stay "
                         "at their random start: a copy circuit that generalises to names training never showed)")

@@ -7,6 +7,8 @@ must resolve to its profile's backend, and the unseen model's name must be a fro
 import json
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,19 +112,40 @@ def test_name_bank_is_distinct_and_avoids_reserved_words():
         PoolVariation(ModelRegistry.from_yaml(UNSEEN).seen(), bank[:3])
 
 
-def test_tokenizer_keeps_every_model_name_whole_and_frozen(tmp_path, capsys):
-    assert oracle_main(["--out-dir", str(tmp_path), "--pool", str(UNSEEN), "--n", "24", "--vary-pool", "1",
-                        "--vocab-size", "300", "--whole-names"]) == 0
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
-    frozen = set(json.loads((tmp_path / "model.json").read_text())["frozen_token_ids"])
-    ids = tok("SciGLM-6B $0.05: science", add_special_tokens=False)["input_ids"]
-    assert ids[0] in frozen and tok.decode(ids[:1]) == "SciGLM-6B"  # one whole token, held at its random start
+def test_every_model_name_is_one_token_and_a_new_name_gets_a_row_like_the_routed_ones(tmp_path, capsys):
     import pandas as pd
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
-    for name in listed(pd.read_parquet(tmp_path / "oracle.parquet").iloc[0]):  # the bank's names too
-        assert tok.convert_tokens_to_ids(name) in frozen
+    oracle = tmp_path / "oracle"
+    assert oracle_main(["--out-dir", str(oracle), "--pool", str(UNSEEN), "--n", "24", "--vary-pool", "1",
+                        "--vocab-size", "300", "--whole-names", "--model",
+                        '{"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1}']) == 0
+    tok = AutoTokenizer.from_pretrained(oracle / "tokenizer")
+    rows = pd.read_parquet(oracle / "oracle.parquet")
+    for name in [*listed(rows.iloc[0]), "SciGLM-6B"]:  # the bank's names and the unseen one: whole tokens
+        assert tok.tokenize(name) == [name]
+    spec = json.loads((oracle / "model.json").read_text())
+    spec.pop("model_type")
+    ckpt = tmp_path / "sft"
+    AutoModelForCausalLM.from_config(LlamaConfig(**spec)).save_pretrained(ckpt)
+    tok.save_pretrained(ckpt)
+    new = tmp_path / "new"
+    script = [sys.executable, str(ROOT / "scripts" / "new_model_names.py"), "--checkpoint", str(ckpt),
+              "--like", str(oracle / "oracle.parquet"), "--out", str(new)]
+    done = subprocess.run(script + ["--names", "SciGLM-6B"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    before = AutoModelForCausalLM.from_pretrained(ckpt).get_input_embeddings().weight.detach()
+    after = AutoModelForCausalLM.from_pretrained(new).get_input_embeddings().weight.detach()
+    sci = tok.convert_tokens_to_ids("SciGLM-6B")
+    changed = (before != after).any(1).nonzero().flatten().tolist()
+    assert changed == [sci]  # only the new name's row; the head is tied to it
+    routed = [tok.convert_tokens_to_ids(m) for m in {m for r in rows["route_models"] for m in r}]
+    assert torch.allclose(after[sci].mean(), before[routed].mean(), atol=3 * before[routed].std().item())
+    taken = rows["route_models"].iloc[0][0]  # a routed name is not new: refused, nothing written
+    bad = subprocess.run(script[:-2] + ["--out", str(tmp_path / "bad"), "--names", taken], capture_output=True, text=True)
+    assert bad.returncode == 1 and f"{taken} appear(s) in the routes" in bad.stderr
+    assert not (tmp_path / "bad").exists()
 
 
 def test_bad_vary_pool_values_are_errors(tmp_path, capsys):
