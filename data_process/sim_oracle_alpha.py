@@ -57,6 +57,11 @@ DEFAULT_ALPHAS = (0.0, 0.3, 0.6, 0.9)
 GUESS, WHOLE, HOPS = "guess", "whole", "hops"
 
 
+# Every cost weight a prompt may state (0, 0.01, ..., 1 as alpha_text writes them) one token: split as "0", ".",
+# "3" the from-scratch policy keyed on whether a "." follows and never read the digit (docs/results/alpha_tradeoff)
+ALPHA_WORDS = tuple(f"{k / 100:g}" for k in range(101))
+
+
 @dataclass
 class AlphaOracleConfig:
     out_dir: str | Path
@@ -298,7 +303,7 @@ def run(cfg: AlphaOracleConfig) -> dict:
         corpus = [chat_text(r["prompt"]) for r in rows] + [r["response_text"] for r in rows] + extra
         world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
         names = token_names(cfg.pool, world, whole_names=cfg.whole_names)  # one token each, as sim_oracle
-        tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=names)
+        tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=[*names, *ALPHA_WORDS])
         write_model_config(out / "model.json", tok, json.loads(cfg.model) if cfg.model else None)
         written.update(tokenizer=str(out / "tokenizer"), model=str(out / "model.json"),
                        tokenizer_s=time.perf_counter() - t1)

@@ -166,3 +166,16 @@ def test_whole_names_are_one_token(tmp_path):
         assert name in [tok.decode([i]) for i in ids], name
     rows = pd.read_parquet(tmp_path / "oracle.parquet").to_dict("records")
     assert all(r["renamed"] for r in rows)
+
+
+def test_every_stated_alpha_is_one_token(tmp_path):
+    from transformers import AutoTokenizer
+
+    from router_r1.prompts import alpha_text
+
+    assert main(["--out-dir", str(tmp_path), "--n", "20", "--world-entities", "20"]) == 0
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
+    for alpha in (0, 0.15, 0.3, 0.35, 0.6, 0.9, 1):
+        ids = tok(alpha_text(alpha), add_special_tokens=False)["input_ids"]
+        assert f"{alpha:g}" in [tok.decode([i]).strip() for i in ids], alpha
+        assert tok.decode(ids) == alpha_text(alpha)
