@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--like", required=True, help="the SFT rows (oracle.parquet): their routed names give the rows' law")
     p.add_argument("--names", required=True, nargs="+", help="the new model names (one token each)")
     p.add_argument("--out", required=True, help="where the copy with the new rows is written")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the new rows' draw")
     a = p.parse_args(argv)
     try:
         done = add_names(a.checkpoint, a.like, a.names, a.out, a.seed)
