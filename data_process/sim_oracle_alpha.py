@@ -57,8 +57,9 @@ DEFAULT_ALPHAS = (0.0, 0.3, 0.6, 0.9)
 GUESS, WHOLE, HOPS = "guess", "whole", "hops"
 
 
-# Every cost weight a prompt may state (0, 0.01, ..., 1 as alpha_text writes them) one token: split as "0", ".",
-# "3" the from-scratch policy keyed on whether a "." follows and never read the digit (docs/results/alpha_tradeoff)
+# Every cost weight a prompt may state (0, 0.01, ..., 1 as alpha_text writes them) one token, so that a policy reads
+# one symbol, not "0", ".", "3" (split, the from-scratch policy told only 0 from the rest; whole, it ignored the
+# alpha altogether: docs/results/alpha_tradeoff, "One token per alpha")
 ALPHA_WORDS = tuple(f"{k / 100:g}" for k in range(101))
 
 

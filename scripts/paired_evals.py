@@ -3,8 +3,8 @@
 
     python scripts/paired_evals.py outputs/eval_seen outputs/eval_unseen --out outputs/unseen_diff.json
 
-A and B are output directories of router_r1.eval.evaluate (summary.json, trajectories.jsonl or .jsonl.gz), e.g. one without
-and one with --include-unseen; runs are matched by label (--routers: the one router run of each, e.g. a fixed-alpha
+A and B are output directories of router_r1.eval.evaluate (summary.json, trajectories.jsonl or .jsonl.gz), e.g. one
+without and one with --include-unseen; runs are matched by label (--routers: the one router run of each, e.g. a fixed-alpha
 router against the conditioned one told that alpha; --cross: every run of B against every run of A, e.g. routers
 evaluated on the GPU against baselines evaluated here on the same questions), questions by uid.
 """
@@ -26,8 +26,8 @@ def load(eval_dir: Path) -> tuple[dict, dict[str, list[dict]]]:
     try:
         runs = {r["label"]: r for r in json.loads((eval_dir / "summary.json").read_text())["runs"]}
         records: dict[str, list[dict]] = {}
-        plain = eval_dir / "trajectories.jsonl"  # or gzipped, as records kept in docs/results are
-        text = plain.read_text() if plain.exists() else gzip.decompress((eval_dir / "trajectories.jsonl.gz").read_bytes()).decode()
+        plain, packed = eval_dir / "trajectories.jsonl", eval_dir / "trajectories.jsonl.gz"  # docs/results keeps .gz
+        text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
         for line in text.splitlines():
             if line.strip():
                 r = json.loads(line)
