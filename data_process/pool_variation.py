@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from router_r1.embedded import GENERALIST_ACCURACY, STRONG_ACCURACY, model_topics
+from router_r1.embedded import GENERALIST_ACCURACY, STRONG_ACCURACY, domain_accuracy, model_topics, pool_line
 from router_r1.pool.registry import ModelRegistry, ModelSpec, normalize_name
 from router_r1.pool.sim_world import DOMAINS
 
@@ -55,14 +55,12 @@ def name_bank(size: int = BANK_SIZE, reserved: set[str] = frozenset(), seed: int
 
 def strong_domains(spec: ModelSpec) -> tuple[str, ...]:
     """The domains `spec`'s sim profile is reliable on (STRONG_ACCURACY), in DOMAINS order."""
-    acc = spec.sim["accuracy"]
-    return tuple(d for d in DOMAINS if float(acc.get(d, acc.get("default", 0.0))) >= STRONG_ACCURACY)
+    return tuple(d for d, p in domain_accuracy(spec).items() if p >= STRONG_ACCURACY)
 
 
 def is_generalist(spec: ModelSpec) -> bool:
     """Right at least GENERALIST_ACCURACY of the time on every domain: listed as "all topics"."""
-    acc = spec.sim["accuracy"]
-    return min(float(acc.get(d, acc.get("default", 0.0))) for d in DOMAINS) >= GENERALIST_ACCURACY
+    return min(domain_accuracy(spec).values()) >= GENERALIST_ACCURACY
 
 
 @dataclass(frozen=True)
@@ -76,8 +74,7 @@ class Line:
 
     @property
     def text(self) -> str:
-        shown = ", ".join(self.topics) if self.topics else model_topics(self.spec)
-        return f"{self.spec.name} ${self.spec.price_out_per_m:.2f}: {shown}"
+        return pool_line(self.spec, ", ".join(self.topics) if self.topics else model_topics(self.spec))
 
 
 @dataclass(frozen=True)

@@ -40,12 +40,22 @@ EMBEDDED_MODEL = {
 }
 
 
-def model_topics(spec) -> str:
-    """What one model is good at, from its `sim:` profile: "science, business", "fair on arts" or "all topics"."""
+def domain_accuracy(spec) -> dict[str, float]:
+    """P(right) per domain from a model's `sim:` profile (`default` for the domains it does not name)."""
     acc = (spec.sim or {}).get("accuracy")
     if not isinstance(acc, dict) or not acc:
         raise ValueError(f"model {spec.name!r} has no sim.accuracy profile: the compact pool text needs one")
-    per = {d: float(acc.get(d, acc.get("default", 0.0))) for d in DOMAINS}
+    return {d: float(acc.get(d, acc.get("default", 0.0))) for d in DOMAINS}
+
+
+def pool_line(spec, shown: str) -> str:
+    """One compact pool line: "Qwen2.5-7B-Instruct $0.30: science, business"."""
+    return f"{spec.name} ${spec.price_out_per_m:.2f}: {shown}"
+
+
+def model_topics(spec) -> str:
+    """What one model is good at, from its `sim:` profile: "science, business", "fair on arts" or "all topics"."""
+    per = domain_accuracy(spec)
     strong = [d for d in DOMAINS if per[d] >= STRONG_ACCURACY]
     if min(per.values()) >= GENERALIST_ACCURACY:
         best = [d for d in strong if per[d] > min(per.values())]
@@ -58,8 +68,8 @@ def model_topics(spec) -> str:
 
 
 def compact_pool_text(registry: ModelRegistry) -> str:
-    """One short line per model: "Qwen2.5-7B-Instruct $0.30: science, business"."""
-    return "\n".join(f"{s.name} ${s.price_out_per_m:.2f}: {model_topics(s)}" for s in registry.models.values())
+    """One short line per model (pool_line)."""
+    return "\n".join(pool_line(s, model_topics(s)) for s in registry.models.values())
 
 
 def render_compact_template(registry: ModelRegistry, template_path: str | Path = COMPACT_TEMPLATE) -> str:
