@@ -428,12 +428,11 @@ def run(cfg: OracleConfig) -> dict:
         models = model_names(cfg, world)
         names = token_names(cfg.pool, world, cfg.name_tokens, cfg.whole_names, models)
         tok = build_tokenizer(out / "tokenizer", corpus, cfg.vocab_size, extra_words=names)
-        frozen = set()
+        frozen = None
         if cfg.freeze_names:
             if not cfg.name_tokens:
                 raise ValueError("--freeze-names needs the names as whole tokens (drop --no-name-tokens)")
-            frozen |= {tok.convert_tokens_to_ids(w) for w in world_words(world)}
-        frozen = sorted(frozen) or None
+            frozen = sorted({tok.convert_tokens_to_ids(w) for w in world_words(world)})
         write_model_config(out / "model.json", tok, json.loads(cfg.model) if cfg.model else None, frozen)
         written.update(tokenizer=str(out / "tokenizer"), model=str(out / "model.json"),
                        tokenizer_s=time.perf_counter() - t1)
