@@ -2,8 +2,8 @@
 
     python -m data_process.sim_oracle_alpha --out-dir outputs/alpha/oracle --n 2000 --alphas 0 0.3 0.6 0.9 --report
 
-Each row draws a cost weight alpha from --alphas; its prompt states it as the environment renders a
-prompt under env.alphas (prompts.alpha_text through build_router_prompt; --no-alpha-text keeps the
+Each row draws a cost weight alpha from --alphas (--each-alpha: each question comes once at every alpha); its
+prompt states it as the environment renders a prompt under env.alphas (prompts.alpha_text through build_router_prompt; --no-alpha-text keeps the
 plain prompt, for the data of a run trained at one fixed alpha), and its trajectory follows the plan
 of highest expected reward under the project's gate (router_r1/reward/score.py) at that alpha:
 
@@ -68,6 +68,9 @@ class AlphaOracleConfig:
     out_dir: str | Path
     n: int = 2000
     alphas: tuple[float, ...] = DEFAULT_ALPHAS  # each row's alpha is drawn from these
+    # Every question once at each alpha (n / len(alphas) questions): rows that differ only in the stated alpha,
+    # so the alpha is the one thing that tells their routes apart
+    each_alpha: bool = False
     alpha_text: bool = True  # state the alpha in the prompt (False: a fixed-alpha run's data)
     cost_window: tuple[float, float] | None = None  # (low, high) USD of R_cost's window; None: the alpha-0 trajectories'
     noise: float = 0.05  # P(one of sim_oracle's slips instead of the plan)
@@ -222,20 +225,23 @@ def build_rows(cfg: AlphaOracleConfig, template_path: str | Path) -> tuple[list[
         raise ValueError(f"--noise must be in [0, 1], got {cfg.noise}")
     if cfg.max_routes < 2:
         raise ValueError(f"--max-routes must be >= 2 (two hops), got {cfg.max_routes}")
+    if cfg.each_alpha and cfg.n % len(cfg.alphas):
+        raise ValueError(f"--each-alpha: --n ({cfg.n}) must be a multiple of the {len(cfg.alphas)} alphas")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
     world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
     backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0, world=world)
     oracle = AlphaOracle(backend, registry, cfg.max_routes)
     template = load_template(template_path)
     renamer = Renamer(world, template_path, cfg.rename, cfg.seed)
-    questions = world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
+    questions = world.questions(cfg.n // len(cfg.alphas) if cfg.each_alpha else cfg.n, cfg.seed, "train",
+                                cfg.two_hop_frac)
     oracle.set_window(None if cfg.cost_window else alpha0_costs(oracle, questions), cfg.cost_window)
     rng, alpha_rng = random.Random(cfg.seed), random.Random(f"alpha-{cfg.seed}")  # alphas: a stream of their own
     rows, counts = [], {}
-    for q in questions:
+    for q, alpha in ((q, a) for q in questions for a in (cfg.alphas if cfg.each_alpha else [None])):
         source = "sim_1hop" if len(q.hops) == 1 else "sim_2hop"
         index = counts[source] = counts.get(source, -1) + 1
-        alpha = alpha_rng.choice(cfg.alphas)
+        alpha = alpha_rng.choice(cfg.alphas) if alpha is None else alpha
         mode = pick_mode(q, cfg.noise, rng)
         if mode == "oracle":
             traj, plan = oracle.run_alpha(q, alpha, rng)
@@ -321,6 +327,8 @@ def parse_args(argv: list[str] | None = None) -> AlphaOracleConfig:
     p.add_argument("--n", type=size_arg, default=2000, help="trajectories (simulated train questions)")
     p.add_argument("--alphas", type=float, nargs="+", default=list(DEFAULT_ALPHAS),
                    help="the cost weights each row's alpha is drawn from")
+    p.add_argument("--each-alpha", action="store_true",
+                   help="every question once at each of --alphas (--n rows over n / len(alphas) questions)")
     p.add_argument("--no-alpha-text", dest="alpha_text", action="store_false",
                    help="keep the plain prompt (the data of a run trained at one fixed alpha: --alphas A)")
     p.add_argument("--cost-window", type=float, nargs=2, default=None, metavar=("LOW", "HIGH"),

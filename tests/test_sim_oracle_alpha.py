@@ -179,3 +179,21 @@ def test_every_stated_alpha_is_one_token(tmp_path):
         ids = tok(alpha_text(alpha), add_special_tokens=False)["input_ids"]
         assert f"{alpha:g}" in [tok.decode([i]).strip() for i in ids], alpha
         assert tok.decode(ids) == alpha_text(alpha)
+
+
+def test_each_alpha_asks_every_question_at_every_alpha(tmp_path):
+    # the sim_tradeoff pool, where the best route depends on alpha: rows that differ only in the stated alpha
+    pool = "configs/pool/sim_tradeoff.yaml"
+    run(AlphaOracleConfig(out_dir=tmp_path, n=160, alphas=ALPHAS, each_alpha=True, noise=0.0, pool=pool,
+                          tokenizer=False))
+    rows = pd.read_parquet(tmp_path / "oracle.parquet").to_dict("records")
+    assert len(rows) == 160
+    groups = [rows[i:i + len(ALPHAS)] for i in range(0, len(rows), len(ALPHAS))]
+    for g in groups:
+        assert [r["alpha"] for r in g] == list(ALPHAS) and len({r["question"] for r in g}) == 1
+        assert len({r["prompt"][0]["content"] for r in g}) == len(ALPHAS)  # the alpha sentence tells them apart
+    assert len({r["question"] for r in rows}) == 40
+    differ = sum(len({r["plan"] for r in g}) > 1 for g in groups)
+    assert differ >= 10, differ  # the planner's routes change with alpha for many questions on this pool
+    with pytest.raises(ValueError, match=r"--n \(10\) must be a multiple of the 4 alphas"):
+        build_rows(AlphaOracleConfig(out_dir=tmp_path, n=10, alphas=ALPHAS, each_alpha=True), DEFAULT_POOL)
