@@ -8,6 +8,9 @@ subset and order of the pool's seen profiles, each under a name drawn from a ban
 with one of their domains only, and rival lines (the same profile under a second name and price) naming
 the same domain. The oracle's choice for a domain is the cheapest listed line that names it: what makes
 a new "SciGLM-6B $0.05: science" line the pick over "Qwen2.5-7B-Instruct $0.30: science, business".
+A listing by heart beats the rule (docs/results/h200/gemma_unseen), so `with_rival` also gives rows the pool's
+own listing plus one made-up line, cheaper than the pick for its domains RIVAL_CHEAPER of the time, else dearer:
+the familiar listing is then a case of the rule too, and a new line is the pick only when its price says so.
 
 Every line's name resolves, in the row's own registry (Listing.registry), to a spec with its profile's
 api_id, so the simulated backend answers as that profile and check_format accepts the routes. The names
@@ -35,6 +38,7 @@ KEEP = 0.75  # P(a specialist profile is listed) before coverage is completed
 ONE_TOPIC = 0.5  # P(a specialist line names one of its domains only)
 RIVALS = (0, 1, 1, 2)  # extra lines of an already listed specialist profile, at another price
 LIST_GENERALIST = 0.6  # P(a generalist profile is listed); at least one always is
+RIVAL_CHEAPER = 0.7  # P(with_rival's line undercuts the listing's pick for its domains)
 
 
 def name_bank(size: int = BANK_SIZE, reserved: set[str] = frozenset(), seed: int = 0) -> list[str]:
@@ -152,6 +156,22 @@ class PoolVariation:
             spec = replace(s, name=name, aliases=(), price_out_per_m=sp if topics else gp, unseen=False)
             lines.append(Line(spec, s.name, topics))
         return Listing(tuple(lines))
+
+    def with_rival(self, listing: Listing, rng: random.Random) -> Listing:
+        """`listing` (normally canonical_listing) plus one specialist line under a bank name, at a random place,
+        priced below the listing's pick for each of its topics (RIVAL_CHEAPER of the time) or above them all."""
+        spec = rng.choice(self.specialists)
+        topics = self._shown(spec, rng)
+        taken = {normalize_name(ln.spec.name) for ln in listing.lines}
+        name = rng.choice([b for b in self.bank if normalize_name(b) not in taken])
+        picks = [listing.choice(d).price_out_per_m for d in topics]
+        below = [p for p in SPECIALIST_PRICES if p < min(picks)]
+        above = [p for p in SPECIALIST_PRICES if p > max(picks)]
+        prices = below if rng.random() < RIVAL_CHEAPER else above
+        price = rng.choice(prices or below or above)
+        line = Line(replace(spec, name=name, aliases=(), price_out_per_m=price, unseen=False), spec.name, topics)
+        at = rng.randint(0, len(listing.lines))
+        return Listing(listing.lines[:at] + (line,) + listing.lines[at:])
 
     @staticmethod
     def _shown(spec: ModelSpec, rng: random.Random) -> tuple[str, ...]:

@@ -21,7 +21,8 @@ With `rename` a share of trajectories have their entities renamed to others of t
 they teach the small policy to copy any name (docs/results/router_quality). With `vary_pool` a share of
 rows list their own pool (data_process/pool_variation.py: random subsets, orders, names and prices) and route
 to the cheapest listed model naming the hop's domain, so the policy reads the listing instead of memorising
-it, and a model it never saw can be picked from its line (docs/results/unseen_model).
+it, and a model it never saw can be picked from its line (docs/results/unseen_model). With `add_rival` a share
+of rows list the pool's own models plus one made-up rival line, so the familiar listing obeys that rule too.
 
 Writes OUT/oracle.parquet (prompt, response_text, segments, answers, ...), the prompt
 template it used (OUT/prompt_template.txt: give it to sim_qa so RL sees the same
@@ -42,7 +43,7 @@ from pathlib import Path
 from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
 from data_process.name_swap import EntityNames
 from data_process.name_swap import apply as apply_names
-from data_process.pool_variation import PoolVariation, name_bank
+from data_process.pool_variation import PoolVariation, canonical_listing, name_bank
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.sim_backend import SimBackend
@@ -97,6 +98,10 @@ class OracleConfig:
     # Share of rows whose prompt lists a pool of its own (pool_variation.PoolVariation), its names from a bank
     # (whole tokens), routed to the cheapest listed model naming the domain
     vary_pool: float = 0.0
+    # Share of rows whose prompt lists the pool's own models plus one made-up model (PoolVariation.with_rival),
+    # cheaper than the pick for its domains RIVAL_CHEAPER of the time, routed to the cheapest listed model naming
+    # the domain: the familiar listing is then a case of that rule too (vary_pool + add_rival <= 1)
+    add_rival: float = 0.0
 
 
 @dataclass
@@ -260,9 +265,10 @@ def varied_pools(cfg: OracleConfig, registry: ModelRegistry, world: SimWorld) ->
 
 
 def model_names(cfg: OracleConfig, world: SimWorld) -> list[str]:
-    """Every model name a prompt may list: the pool's (the unseen ones too) and, with --vary-pool, the bank's."""
+    """Every model name a prompt may list: the pool's (the unseen ones too) and, with --vary-pool or --add-rival,
+    the bank's."""
     names = ModelRegistry.from_yaml(cfg.pool).names
-    if cfg.vary_pool > 0:
+    if cfg.vary_pool > 0 or cfg.add_rival > 0:
         names = names + varied_pools(cfg, ModelRegistry.from_yaml(cfg.pool).seen(), world).bank
     return names
 
@@ -318,8 +324,12 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         raise ValueError(f"--max-routes must be >= 2 (two hops), got {cfg.max_routes}")
     if not 0.0 <= cfg.vary_pool <= 1.0:
         raise ValueError(f"--vary-pool must be in [0, 1], got {cfg.vary_pool}")
-    if cfg.vary_pool > 0 and cfg.prompt_template:
-        raise ValueError("--vary-pool lists each row's own pool in the compact template: drop --prompt-template")
+    if cfg.add_rival < 0.0 or cfg.vary_pool + cfg.add_rival > 1.0:
+        raise ValueError(f"--add-rival must be >= 0 with --vary-pool + --add-rival <= 1, got {cfg.add_rival} "
+                         f"(--vary-pool {cfg.vary_pool})")
+    for flag, share in (("--vary-pool", cfg.vary_pool), ("--add-rival", cfg.add_rival)):
+        if share > 0 and cfg.prompt_template:
+            raise ValueError(f"{flag} lists each row's own pool in the compact template: drop --prompt-template")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
     world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
     backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0, world=world)
@@ -328,7 +338,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     questions = backend.world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
     rng = random.Random(cfg.seed)
     renamer = Renamer(world, template_path, cfg.rename, cfg.seed)
-    variation = varied_pools(cfg, registry, world) if cfg.vary_pool > 0 else None
+    variation = varied_pools(cfg, registry, world) if cfg.vary_pool > 0 or cfg.add_rival > 0 else None
     vary_rng = random.Random(f"vary-pool-{cfg.seed}")  # its own stream: questions and noise as without
     compact = load_template(COMPACT_TEMPLATE)
     rows, counts = [], {}
@@ -337,8 +347,12 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         index = counts[source] = counts.get(source, -1) + 1
         mode = pick_mode(q, cfg.noise, rng, cfg.prefer_big)
         listing, row_oracle, row_registry = None, oracle, registry
-        if variation is not None and vary_rng.random() < cfg.vary_pool:
+        u = vary_rng.random() if variation is not None else 1.0  # one draw a row: old seeds give old data
+        if u < cfg.vary_pool:
             listing = variation.draw(vary_rng)
+        elif u < cfg.vary_pool + cfg.add_rival:
+            listing = variation.with_rival(canonical_listing(registry), vary_rng)
+        if listing is not None:
             row_registry = listing.registry
             row_oracle = Oracle(backend, row_registry, cfg.max_routes, specialist=listing.choices())
         traj = row_oracle.run(q, mode, rng)
@@ -488,6 +502,9 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--vary-pool", type=float, default=0.0,
                    help="share of rows whose prompt lists a pool of its own (random models, names from a bank, "
                         "prices), routed to the cheapest listed model naming the domain (data_process/pool_variation.py)")
+    p.add_argument("--add-rival", type=float, default=0.0,
+                   help="share of rows whose prompt lists the pool's own models plus one made-up model (a rival "
+                        "line, cheaper 70%% of the time), routed to the cheapest listed model naming the domain")
     p.add_argument("--freeze-names", action="store_true",
                    help="write the names' token ids into model.json as frozen_token_ids (their embedding rows stay "
                         "at their random start: a copy circuit that generalises to names training never showed)")

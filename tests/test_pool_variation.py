@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from data_process.pool_variation import Line, Listing, PoolVariation, canonical_listing, name_bank
+from data_process.pool_variation import Line, Listing, PoolVariation, canonical_listing, name_bank, strong_domains
 from data_process.sim_oracle import OracleConfig, build_rows, main as oracle_main, own_template
 from router_r1.embedded import compact_pool_text
 from router_r1.pool.registry import ModelRegistry
@@ -156,3 +156,84 @@ def test_bad_vary_pool_values_are_errors(tmp_path, capsys):
     assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--vary-pool", "0.5", "--prompt-template",
                         str(template), "--no-tokenizer"]) == 1
     assert "drop --prompt-template" in capsys.readouterr().err
+
+
+def rival_rows(tmp_path, n=60, **kw):
+    Path(tmp_path).mkdir(parents=True, exist_ok=True)
+    cfg = OracleConfig(out_dir=tmp_path, n=n, noise=0.0, pool=UNSEEN, tokenizer=False, **kw)
+    return build_rows(cfg, own_template(Path(tmp_path), None, UNSEEN))[0]
+
+
+def test_with_rival_adds_one_bank_line_to_the_pools_own_listing_picked_iff_cheaper():
+    seen = ModelRegistry.from_yaml(UNSEEN).seen()
+    own = canonical_listing(seen)
+    bank = name_bank(reserved=set(seen.names))
+    variation = PoolVariation(seen, bank)
+    rng, cheaper, draws, places = random.Random(5), 0, 400, set()
+    for _ in range(draws):
+        listing = variation.with_rival(own, rng)
+        assert len(listing.lines) == len(own.lines) + 1
+        rival = [ln for ln in listing.lines if ln not in own.lines]
+        assert len(rival) == 1 and rival[0].spec.name in bank
+        places.add(listing.lines.index(rival[0]))
+        assert tuple(ln for ln in listing.lines if ln is not rival[0]) == own.lines  # the others, in order
+        line = rival[0]
+        assert line.topics and set(line.topics) <= set(strong_domains(seen[line.profile]))
+        assert listing.registry.resolve(line.spec.name).api_id == seen[line.profile].api_id
+        below = [line.spec.price_out_per_m < own.choice(d).price_out_per_m for d in line.topics]
+        assert all(below) or not any(below)  # under every pick of its topics or over them all
+        for d in line.topics:
+            assert (listing.choice(d) is line.spec) == below[0]
+        cheaper += below[0]
+    assert 0.62 < cheaper / draws < 0.78  # RIVAL_CHEAPER = 0.7 (+-4 standard errors)
+    assert places == set(range(len(own.lines) + 1))  # first, last and everywhere between
+
+
+def test_a_rival_rows_prompt_is_the_normal_prompt_plus_its_line_and_routes_by_price(tmp_path):
+    seen = ModelRegistry.from_yaml(UNSEEN).seen()
+    plain = rival_rows(tmp_path / "a", n=60)
+    rival = rival_rows(tmp_path / "b", n=60, add_rival=1.0)
+    assert [r["question"] for r in plain] == [r["question"] for r in rival]
+    undercut = 0
+    for p, r in zip(plain, rival):
+        lines = listed(r)
+        new = [m for m in lines if m not in seen.names]
+        assert len(new) == 1 and len(lines) == len(seen.names) + 1
+        price, topics = lines[new[0]]
+        extra = f"\n{new[0]} ${price:.2f}: {topics}"
+        if extra not in r["prompt"][-1]["content"]:
+            extra = f"{new[0]} ${price:.2f}: {topics}\n"  # the rival listed first
+        assert r["prompt"][-1]["content"].replace(extra, "", 1) == p["prompt"][-1]["content"]
+        for domain, model, _query, _reply in ASK.findall(r["response_text"])[:1]:
+            naming = {m: pr for m, (pr, t) in lines.items() if domain in t.split(", ")}
+            assert model == min(naming, key=naming.get)
+            if domain in topics.split(", "):
+                cheaper = price < min(pr for m, pr in naming.items() if m != new[0])
+                assert (model == new[0]) == cheaper
+                if cheaper:  # answered by the rival's profile
+                    assert r["route_profiles"][0] != "" and r["route_profiles"][0] in seen.names
+                    undercut += 1
+    assert undercut >= 5  # the rival takes its domains' hops often
+
+
+def test_add_rival_zero_gives_the_rows_built_without_it(tmp_path):
+    for vary in (0.0, 0.5):
+        before = varied_rows(tmp_path / f"a{vary}", n=40, share=vary)
+        after = varied_rows(tmp_path / f"b{vary}", n=40, share=vary, add_rival=0.0)
+        assert before == after
+    seen = set(ModelRegistry.from_yaml(UNSEEN).seen().names)
+    mixed = varied_rows(tmp_path / "c", n=40, share=0.5, add_rival=0.5)
+    assert all(r["listing"] for r in mixed)  # every row varied or with a rival
+    with_rival = sum(seen < set(listed(r)) for r in mixed)  # the pool's own names, and one more
+    assert 8 < with_rival < 32
+
+
+def test_bad_add_rival_values_are_errors(tmp_path, capsys):
+    for args in (["--add-rival", "-0.1"], ["--add-rival", "0.6", "--vary-pool", "0.5"]):
+        assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--no-tokenizer", *args]) == 1
+        assert "--add-rival must be >= 0 with --vary-pool + --add-rival <= 1" in capsys.readouterr().err
+    template = tmp_path / "t.txt"
+    template.write_text("Models:\nX $1: all\nQuestion: {question}\n")
+    assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--add-rival", "0.5", "--prompt-template",
+                        str(template), "--no-tokenizer"]) == 1
+    assert "--add-rival lists each row's own pool" in capsys.readouterr().err
