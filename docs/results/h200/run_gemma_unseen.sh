@@ -4,25 +4,29 @@
 # which VARY share list a pool of their own (sim_oracle --vary-pool: random models, made-up names, prices; the
 # pick is the cheapest listed model naming the domain), then the 300 test questions twice, paired: the seen
 # pool's listing, and the listing with SciGLM-6B ($0.05, science; never in a training row) under
-# --include-unseen. VARY=0 is the same SFT on the fixed listing (pipeline_gemma_s8's warm start).
+# --include-unseen. VARY=0 is the same SFT on the fixed listing (pipeline_gemma_s8's warm start). RIVAL share of
+# rows list the pool's own listing plus one made-up line (sim_oracle --add-rival: cheaper than the pick for its
+# domains 70% of the time, else dearer), so the familiar listing is itself a case of the cheapest-line rule.
 #   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
 # A CPU smoke of the wiring: MODEL='{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-#   "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}' DEVICE=cpu N_ORACLE=32 TEST_SIZE=8 ...
+#   "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}' DEVICE=cpu N_ORACLE=32 TEST_SIZE=8 \
+#   RUN=/tmp/smoke TOKENIZER=/tmp/smoke/oracle/tokenizer ...   (the oracle's BPE: Gemma's 262k vocabulary runs a
+#   23 GB CPU box out of memory in the SFT)
 set -uo pipefail
 RESULTS=${1:?where the results go}
 mkdir -p "$RESULTS"
 source "$(dirname "$0")/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHONPATH
-RUN=${RUN:-/tmp/gemma_unseen} POOL=configs/pool/sim_unseen.yaml VARY=${VARY:-0.5}
+RUN=${RUN:-/tmp/gemma_unseen} POOL=configs/pool/sim_unseen.yaml VARY=${VARY:-0.5} RIVAL=${RIVAL:-0}
 MODEL=${MODEL:-$GGUF} DEVICE=${DEVICE:-cuda} TEST_SIZE=${TEST_SIZE:-300}
 export TOKENIZERS_PARALLELISM=false
 (
   set -e
   start=$(date +%s)
   stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
-  stage "oracle rows (vary-pool $VARY), test data with and without SciGLM-6B listed"
+  stage "oracle rows (vary-pool $VARY, add-rival $RIVAL), test data with and without SciGLM-6B listed"
   # the oracle's pool holds SciGLM-6B so that no row's made-up names take it; its rows list seen models only
   python3 -m data_process.sim_oracle --out-dir "$RUN/oracle" --n "${N_ORACLE:-2000}" --noise 0.05 --rename 1 \
-    --vary-pool "$VARY" --pool "$POOL" --report
+    --vary-pool "$VARY" --add-rival "$RIVAL" --pool "$POOL" --report
   python3 -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
   python3 -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
