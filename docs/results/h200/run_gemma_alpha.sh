@@ -7,7 +7,7 @@
 #   cond_each  conditioned: 500 questions, each at all four alphas (sim_oracle_alpha --each-alpha)
 #   fixed_A    one per alpha A, plain prompts, routes planned at A
 # then greedy on the 300 test questions of docs/results/alpha_tradeoff (the same sim_qa draw): fixed_A scored at A,
-# both conditioned routers told each of EVAL_ALPHAS; paired tables of told A against fixed_A.
+# cond_each told each of EVAL_ALPHAS, cond (the drawn-alpha ablation) each of DRAWN_ALPHAS; paired tables of told A against fixed_A.
 #   bash docs/results/h200/run_gemma_alpha.sh DIR   # DIR: alpha_run.tgz (evaluations, SFT summaries), run.txt
 # A CPU smoke of the wiring (no bundle; the embedded tokenizer the conditioned set builds):
 #   MODEL='{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
@@ -21,7 +21,11 @@ if [ -z "${MODEL:-}" ]; then
 fi
 RUN=${RUN:-/tmp/gemma_alpha} POOL=configs/pool/sim_tradeoff.yaml DEVICE=${DEVICE:-cuda}
 N_ORACLE=${N_ORACLE:-2000} TEST_SIZE=${TEST_SIZE:-300} ALPHAS="0 0.3 0.6 0.9"
-EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}
+EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}  # cond_each is told each
+DRAWN_ALPHAS=${DRAWN_ALPHAS:-$ALPHAS}                           # cond (the ablation) is told each
+# An SFT's peak is 25-40 GB (Gemma's 262k-word logits), an evaluation's about 0.16 GB per prompt of its batch (the
+# prefill's logits): six SFTs or six evaluations of 256 at once ran out of the H200's 140 GB
+SFT_PARALLEL=${SFT_PARALLEL:-3} EVAL_PARALLEL=${EVAL_PARALLEL:-4} EVAL_BATCH=${EVAL_BATCH:-128}
 export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
 (
   set -e
@@ -46,8 +50,9 @@ export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
     --train-size 2000 --val-size 100 --test-size "$TEST_SIZE" &
   wait
   RUNS="cond cond_each $(printf 'fixed_%s ' $ALPHAS)"
-  stage "six SFTs side by side: $RUNS"
+  stage "six SFTs, $SFT_PARALLEL side by side: $RUNS"
   for r in $RUNS; do
+    while [ "$(jobs -rp | wc -l)" -ge "$SFT_PARALLEL" ]; do sleep 1; done
     python3 -m verl.trainer.sft --data "$RUN/oracle_$r/oracle.parquet" --model "$MODEL" --tokenizer "$TOKENIZER" \
       --out "$RUN/sft_$r" --epochs 3 --lr 1e-4 --batch-size 16 --context-loss-weight 0 --device "$DEVICE" \
       --time-limit-s "${SFT_TIME_LIMIT:-300}" --prompt-template "$TEMPLATE" > "$RUN/sft_$r.log" 2>&1 &
@@ -67,18 +72,19 @@ run["env"] = {**OmegaConf.to_container(load_config("embedded").env, resolve=True
 yaml.safe_dump(run, open(path, "w"), sort_keys=False)
 PY
   done
-  stage "evaluation, six at a time: fixed_A at A; cond and cond_each told each of $EVAL_ALPHAS"
+  stage "evaluation, $EVAL_PARALLEL at a time: fixed_A at A; cond_each told each of $EVAL_ALPHAS, cond of $DRAWN_ALPHAS"
   # turns and lengths: pipeline_gemma_s8's PPO runs' (as run_gemma_unseen.sh)
   ev() { python3 -m router_r1.eval.evaluate --data "$RUN/data/test.parquet" --pool "$POOL" --sim --greedy \
-    --device "$DEVICE" --rollout "${ROLLOUT:-hf_static}" --batch-size 256 --max-turns 3 --max-obs-length 128 \
+    --device "$DEVICE" --rollout "${ROLLOUT:-hf_static}" --batch-size "$EVAL_BATCH" --max-turns 3 --max-obs-length 128 \
     --response-length 64 --max-response-length 512 --checkpoint "$RUN/sft_$1" --alpha "$2" \
     --out "$RUN/eval/$1_$2" > "$RUN/eval_$1_$2.log" 2>&1 || echo "eval $1 at $2 failed (rc $?)"; }
   jobs=()
   for a in $ALPHAS; do jobs+=("fixed_$a $a"); done
-  for a in $EVAL_ALPHAS; do jobs+=("cond $a" "cond_each $a"); done
+  for a in $EVAL_ALPHAS; do jobs+=("cond_each $a"); done
+  for a in $DRAWN_ALPHAS; do jobs+=("cond $a"); done
   for j in "${jobs[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$EVAL_PARALLEL" ]; do sleep 1; done
     ev $j &
-    while [ "$(jobs -rp | wc -l)" -ge 6 ]; do sleep 1; done
   done
   wait
   for j in "${jobs[@]}"; do set -- $j; echo "$1 told $2: $(grep -o 'EM [0-9.]*, pool calls [0-9]*' "$RUN/eval_$1_$2.log")"; done
