@@ -71,6 +71,9 @@ class AlphaOracleConfig:
     # Every question once at each alpha (n / len(alphas) questions): rows that differ only in the stated alpha,
     # so the alpha is the one thing that tells their routes apart
     each_alpha: bool = False
+    # Each decision's <think> restates the cost weight ("Cost weight 0.6. Ask ..."): the pick then follows the
+    # number a few tokens back, not a sentence of the prompt
+    think_alpha: bool = False
     alpha_text: bool = True  # state the alpha in the prompt (False: a fixed-alpha run's data)
     cost_window: tuple[float, float] | None = None  # (low, high) USD of R_cost's window; None: the alpha-0 trajectories'
     noise: float = 0.05  # P(one of sim_oracle's slips instead of the plan)
@@ -165,18 +168,22 @@ class AlphaOracle(Oracle):
                 options.append(Plan(WHOLE, (s.name,), p, cost, self.value(p, cost, alpha)))
         return max(options, key=lambda o: (o.value, -o.cost_usd))  # a tie goes to the cheaper
 
-    def run_alpha(self, q: SimQuestion, alpha: float, rng: random.Random) -> tuple[Trajectory, Plan]:
-        """The trajectory at `alpha` and its first plan; after a reply without an answer the rest is replanned."""
+    def run_alpha(self, q: SimQuestion, alpha: float, rng: random.Random,
+                  think_alpha: bool = False) -> tuple[Trajectory, Plan]:
+        """The trajectory at `alpha` and its first plan; after a reply without an answer the rest is replanned.
+        `think_alpha`: each decision's <think> restates the cost weight just before the pick it leads to."""
         if self.bounds is None and alpha > 0:
             raise ValueError("AlphaOracle: set_window before planning at alpha > 0")
         traj, start, entity, asked, first, retry = Trajectory(), 0, None, set(), None, False
         specs = {s.name: s for s in self.models}
+        weight = f"Cost weight {float(alpha):g}. "  # the number as the prompt's alpha sentence writes it
         while True:
             plan = self.plan(q, start, entity, traj.cost_usd, asked, alpha, self.max_routes - len(traj.routes))
             first = first or plan
             if plan.kind == GUESS:
                 traj.answer = rng.choice(self.world.by_type[RELATIONS[q.hops[-1].relation].obj])
                 why = "No answer found. I will guess." if traj.routes else "A call is not worth its cost. I will guess."
+                why = weight + why if think_alpha else why
                 traj.say(f"<think>{why}</think><answer>{traj.answer}</answer>")
                 return traj, first
             spec = specs[plan.models[0]]
@@ -190,6 +197,8 @@ class AlphaOracle(Oracle):
                     think = f"Got {entity}. " + think
             if retry:  # as sim_oracle's ask_hop words it
                 think = f"No answer. Ask {spec.name}."
+            if think_alpha:
+                think = think.replace("Ask ", f"{weight}Ask ", 1)
             asked.add((spec.name, query))
             got = self.ask(traj, think, spec, query)
             retry = got is None
@@ -244,7 +253,7 @@ def build_rows(cfg: AlphaOracleConfig, template_path: str | Path) -> tuple[list[
         alpha = alpha_rng.choice(cfg.alphas) if alpha is None else alpha
         mode = pick_mode(q, cfg.noise, rng)
         if mode == "oracle":
-            traj, plan = oracle.run_alpha(q, alpha, rng)
+            traj, plan = oracle.run_alpha(q, alpha, rng, cfg.think_alpha)
         else:
             traj, plan = oracle.run(q, mode, rng), None
         ok, why = check_format(traj.text, registry)
@@ -327,6 +336,8 @@ def parse_args(argv: list[str] | None = None) -> AlphaOracleConfig:
     p.add_argument("--n", type=size_arg, default=2000, help="trajectories (simulated train questions)")
     p.add_argument("--alphas", type=float, nargs="+", default=list(DEFAULT_ALPHAS),
                    help="the cost weights each row's alpha is drawn from")
+    p.add_argument("--think-alpha", action="store_true",
+                   help="each decision's <think> restates the cost weight before the pick (\"Cost weight 0.6. Ask ...\")")
     p.add_argument("--each-alpha", action="store_true",
                    help="every question once at each of --alphas (--n rows over n / len(alphas) questions)")
     p.add_argument("--no-alpha-text", dest="alpha_text", action="store_false",

@@ -197,3 +197,20 @@ def test_each_alpha_asks_every_question_at_every_alpha(tmp_path):
     assert differ >= 10, differ  # the planner's routes change with alpha for many questions on this pool
     with pytest.raises(ValueError, match=r"--n \(10\) must be a multiple of the 4 alphas"):
         build_rows(AlphaOracleConfig(out_dir=tmp_path, n=10, alphas=ALPHAS, each_alpha=True), DEFAULT_POOL)
+
+
+def test_think_alpha_restates_the_weight_before_each_pick_and_changes_nothing_else(tmp_path):
+    cfg = dict(n=60, alphas=ALPHAS, pool="configs/pool/sim_tradeoff.yaml", tokenizer=False)
+    run(AlphaOracleConfig(out_dir=tmp_path / "plain", **cfg))
+    run(AlphaOracleConfig(out_dir=tmp_path / "think", think_alpha=True, **cfg))
+    plain, think = (pd.read_parquet(tmp_path / d / "oracle.parquet").to_dict("records") for d in ("plain", "think"))
+    stated = 0
+    for p, t in zip(plain, think):
+        assert list(p["route_models"]) == list(t["route_models"]) and p["prompt"][0]["content"] == t["prompt"][0]["content"]
+        weight = f"Cost weight {t['alpha']:g}. "
+        if t["mode"] == "oracle":  # the slips are sim_oracle's trajectories, as without the flag
+            picks = re.findall(r"<think>([^<]*)</think><search>", t["response_text"])
+            assert len(picks) == t["routes"] and all(f"{weight}Ask " in k for k in picks), t["response_text"]
+            stated += len(picks)
+        assert t["response_text"].replace(weight, "") == p["response_text"], t["uid"]
+    assert stated >= 60

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Issue 31's one router for every cost weight, with the pretrained Gemma 3 270M on configs/pool/sim_tradeoff.yaml
 # (device tool; the bundle as for run_gemma.sh: the calls before this one leave .gg/b0 ... in $PIECES, this one
-# carries the last piece). Six SFTs with the same budget (2,000 oracle rows, pipeline_gemma_s8's recipe: 3 epochs,
+# carries the last piece). SFTs with the same budget (2,000 oracle rows, pipeline_gemma_s8's recipe: 3 epochs,
 # lr 1e-4, policy tokens only), run side by side on the one GPU (each alone leaves it mostly idle):
-#   cond       conditioned: each row's alpha drawn from 0 / 0.3 / 0.6 / 0.9 and stated in its prompt (the CPU run's data)
-#   cond_each  conditioned: 500 questions, each at all four alphas (sim_oracle_alpha --each-alpha)
-#   fixed_A    one per alpha A, plain prompts, routes planned at A
-# then greedy on the 300 test questions of docs/results/alpha_tradeoff (the same sim_qa draw): fixed_A scored at A,
-# cond_each told each of EVAL_ALPHAS, cond (the drawn-alpha ablation) each of DRAWN_ALPHAS; paired tables of told A against fixed_A.
+#   cond_think  conditioned: 500 questions, each at all four alphas 0 / 0.3 / 0.6 / 0.9 stated in its prompt, and each
+#               decision's <think> restating it (sim_oracle_alpha --each-alpha --think-alpha)
+#   cond_each   the same rows without the restatement (--each-alpha)
+#   cond        each row's alpha drawn from the four (the CPU runs' data)
+#   fixed_A     one per alpha A, plain prompts, routes planned at A
+# CONDS picks the conditioned runs (default cond_think cond_each); then greedy on the 300 test questions of
+# docs/results/alpha_tradeoff (the same sim_qa draw): fixed_A scored at A, the first of CONDS told each of EVAL_ALPHAS,
+# the others the four trained alphas; paired tables of told A against fixed_A.
 #   bash docs/results/h200/run_gemma_alpha.sh DIR   # DIR: alpha_run.tgz (evaluations, SFT summaries), run.txt
 # A CPU smoke of the wiring (no bundle; the embedded tokenizer the conditioned set builds):
 #   MODEL='{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
@@ -21,8 +24,8 @@ if [ -z "${MODEL:-}" ]; then
 fi
 RUN=${RUN:-/tmp/gemma_alpha} POOL=configs/pool/sim_tradeoff.yaml DEVICE=${DEVICE:-cuda}
 N_ORACLE=${N_ORACLE:-2000} TEST_SIZE=${TEST_SIZE:-300} ALPHAS="0 0.3 0.6 0.9"
-EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}  # cond_each is told each
-DRAWN_ALPHAS=${DRAWN_ALPHAS:-$ALPHAS}                           # cond (the ablation) is told each
+CONDS=${CONDS:-cond_think cond_each}
+EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}  # the first of CONDS is told each
 # An SFT's peak is 25-40 GB (Gemma's 262k-word logits), an evaluation's about 0.16 GB per prompt of its batch (the
 # prefill's logits): six SFTs or six evaluations of 256 at once ran out of the H200's 140 GB
 SFT_PARALLEL=${SFT_PARALLEL:-3} EVAL_PARALLEL=${EVAL_PARALLEL:-4} EVAL_BATCH=${EVAL_BATCH:-128}
@@ -31,7 +34,7 @@ export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
   set -e
   start=$(date +%s)
   stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
-  stage "oracle rows: conditioned (drawn, each-alpha), fixed at $ALPHAS; the test questions"
+  stage "oracle rows: cond (the template), $CONDS, fixed at $ALPHAS; the test questions"
   O=$RUN/oracle_cond TEMPLATE=$RUN/oracle_cond/prompt_template.txt
   # the embedded tokenizer is built only for a CPU smoke (Gemma brings its own)
   TOK=(--no-tokenizer)
@@ -39,8 +42,12 @@ export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
   python3 -m data_process.sim_oracle_alpha --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS \
     --noise 0.05 --rename 1 "${TOK[@]}" --report
   TOKENIZER=${TOKENIZER:-$O/tokenizer}
-  python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_cond_each" --pool "$POOL" --n "$N_ORACLE" \
-    --alphas $ALPHAS --each-alpha --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer &
+  for r in cond_each cond_think; do
+    flags=(--each-alpha)
+    [ $r = cond_think ] && flags+=(--think-alpha)
+    python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_$r" --pool "$POOL" --n "$N_ORACLE" \
+      --alphas $ALPHAS "${flags[@]}" --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer &
+  done
   for a in $ALPHAS; do
     python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" \
       --alphas "$a" --no-alpha-text --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer &
@@ -49,8 +56,8 @@ export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
   python3 -m data_process.sim_qa --out-dir "$RUN/data" --pool "$POOL" --prompt-template "$TEMPLATE" \
     --train-size 2000 --val-size 100 --test-size "$TEST_SIZE" &
   wait
-  RUNS="cond cond_each $(printf 'fixed_%s ' $ALPHAS)"
-  stage "six SFTs, $SFT_PARALLEL side by side: $RUNS"
+  RUNS="$CONDS $(printf 'fixed_%s ' $ALPHAS)"
+  stage "SFTs, $SFT_PARALLEL side by side: $RUNS"
   for r in $RUNS; do
     while [ "$(jobs -rp | wc -l)" -ge "$SFT_PARALLEL" ]; do sleep 1; done
     python3 -m verl.trainer.sft --data "$RUN/oracle_$r/oracle.parquet" --model "$MODEL" --tokenizer "$TOKENIZER" \
@@ -60,8 +67,8 @@ export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
   wait
   for r in $RUNS; do echo "$r: $(tail -1 "$RUN/sft_$r.log")"; done
   # An SFT run's config has no env section; a conditioned router is told its alpha at evaluation when its run
-  # config has env.alphas (evaluate.conditioned_alpha): give both the embedded recipe's env with the four alphas.
-  for r in cond cond_each; do
+  # config has env.alphas (evaluate.conditioned_alpha): give each the embedded recipe's env with the four alphas.
+  for r in $CONDS; do
     python3 - "$RUN/sft_$r/run_config.yaml" "$POOL" $ALPHAS <<'PY'
 import sys, yaml
 from omegaconf import OmegaConf
@@ -72,7 +79,8 @@ run["env"] = {**OmegaConf.to_container(load_config("embedded").env, resolve=True
 yaml.safe_dump(run, open(path, "w"), sort_keys=False)
 PY
   done
-  stage "evaluation, $EVAL_PARALLEL at a time: fixed_A at A; cond_each told each of $EVAL_ALPHAS, cond of $DRAWN_ALPHAS"
+  FIRST=${CONDS%% *}
+  stage "evaluation, $EVAL_PARALLEL at a time: fixed_A at A; $FIRST told each of $EVAL_ALPHAS, the others $ALPHAS"
   # turns and lengths: pipeline_gemma_s8's PPO runs' (as run_gemma_unseen.sh)
   ev() { python3 -m router_r1.eval.evaluate --data "$RUN/data/test.parquet" --pool "$POOL" --sim --greedy \
     --device "$DEVICE" --rollout "${ROLLOUT:-hf_static}" --batch-size "$EVAL_BATCH" --max-turns 3 --max-obs-length 128 \
@@ -80,8 +88,8 @@ PY
     --out "$RUN/eval/$1_$2" > "$RUN/eval_$1_$2.log" 2>&1 || echo "eval $1 at $2 failed (rc $?)"; }
   jobs=()
   for a in $ALPHAS; do jobs+=("fixed_$a $a"); done
-  for a in $EVAL_ALPHAS; do jobs+=("cond_each $a"); done
-  for a in $DRAWN_ALPHAS; do jobs+=("cond $a"); done
+  for a in $EVAL_ALPHAS; do jobs+=("$FIRST $a"); done
+  for r in ${CONDS#$FIRST}; do for a in $ALPHAS; do jobs+=("$r $a"); done; done
   for j in "${jobs[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "$EVAL_PARALLEL" ]; do sleep 1; done
     ev $j &
@@ -89,7 +97,7 @@ PY
   wait
   for j in "${jobs[@]}"; do set -- $j; echo "$1 told $2: $(grep -o 'EM [0-9.]*, pool calls [0-9]*' "$RUN/eval_$1_$2.log")"; done
   stage "paired: conditioned told A minus fixed_A"
-  for r in cond cond_each; do
+  for r in $CONDS; do
     for a in $ALPHAS; do
       [ -d "$RUN/eval/${r}_$a" ] || continue  # not among EVAL_ALPHAS
       echo "# $r told $a minus fixed_$a"
