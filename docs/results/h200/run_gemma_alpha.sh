@@ -26,8 +26,8 @@ RUN=${RUN:-/tmp/gemma_alpha} POOL=configs/pool/sim_tradeoff.yaml DEVICE=${DEVICE
 N_ORACLE=${N_ORACLE:-2000} TEST_SIZE=${TEST_SIZE:-300} ALPHAS="0 0.3 0.6 0.9"
 CONDS=${CONDS:-cond_think cond_each}
 EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}  # the first of CONDS is told each
-# An SFT's peak is 25-40 GB (Gemma's 262k-word logits), an evaluation's about 0.16 GB per prompt of its batch (the
-# prefill's logits): six SFTs or six evaluations of 256 at once ran out of the H200's 140 GB
+# An SFT's peak is 25-40 GB (Gemma's 262k-word logits), an evaluation of 256 prompts about 40 GB (not traced):
+# six SFTs or six such evaluations at once ran out of the H200's 140 GB
 SFT_PARALLEL=${SFT_PARALLEL:-3} EVAL_PARALLEL=${EVAL_PARALLEL:-4} EVAL_BATCH=${EVAL_BATCH:-128}
 export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
 (
