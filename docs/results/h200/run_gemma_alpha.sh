@@ -23,7 +23,10 @@ if [ -z "${MODEL:-}" ]; then
   MODEL=$GGUF
 fi
 RUN=${RUN:-/tmp/gemma_alpha} POOL=configs/pool/sim_tradeoff.yaml DEVICE=${DEVICE:-cuda}
-N_ORACLE=${N_ORACLE:-2000} TEST_SIZE=${TEST_SIZE:-300} ALPHAS="0 0.3 0.6 0.9"
+N_ORACLE=${N_ORACLE:-2000} TEST_SIZE=${TEST_SIZE:-300} ALPHAS="0 0.3 0.6 0.9"  # one fixed run each
+# the conditioned runs' training alphas (cond_each, cond_think; N_ORACLE a multiple of their count): told 1 outside
+# the trained range, cond_think routed like told 0 (docs/results/h200/gemma_alpha), try COND_ALPHAS="0 0.3 0.6 0.9 1"
+COND_ALPHAS=${COND_ALPHAS:-$ALPHAS}
 CONDS=${CONDS:-cond_think cond_each}
 EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}  # the first of CONDS is told each
 # An SFT's peak is 25-40 GB (Gemma's 262k-word logits), an evaluation of 256 prompts about 40 GB (not traced):
@@ -46,7 +49,7 @@ export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
     flags=(--each-alpha)
     [ $r = cond_think ] && flags+=(--think-alpha)
     python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_$r" --pool "$POOL" --n "$N_ORACLE" \
-      --alphas $ALPHAS "${flags[@]}" --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer &
+      --alphas $COND_ALPHAS "${flags[@]}" --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer &
   done
   for a in $ALPHAS; do
     python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" \
@@ -67,9 +70,9 @@ export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
   wait
   for r in $RUNS; do echo "$r: $(tail -1 "$RUN/sft_$r.log")"; done
   # An SFT run's config has no env section; a conditioned router is told its alpha at evaluation when its run
-  # config has env.alphas (evaluate.conditioned_alpha): give each the embedded recipe's env with the four alphas.
+  # config has env.alphas (evaluate.conditioned_alpha): give each the embedded recipe's env with COND_ALPHAS.
   for r in $CONDS; do
-    python3 - "$RUN/sft_$r/run_config.yaml" "$POOL" $ALPHAS <<'PY'
+    python3 - "$RUN/sft_$r/run_config.yaml" "$POOL" $COND_ALPHAS <<'PY'
 import sys, yaml
 from omegaconf import OmegaConf
 from verl.trainer.main_ppo import load_config
