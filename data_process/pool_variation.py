@@ -97,9 +97,13 @@ class Listing:
         """Each shown name -> a spec with its profile's api_id (what the backend answers as) and the shown price."""
         return ModelRegistry([line.spec for line in self.lines], source="<varied listing>")
 
+    def naming(self, domain: str) -> tuple[Line, ...]:
+        """The lines naming `domain`, in listing order; the generalists' lines if none does."""
+        return tuple(ln for ln in self.lines if domain in ln.topics) or tuple(ln for ln in self.lines if not ln.topics)
+
     def choice(self, domain: str) -> ModelSpec:
         """The cheapest listed line naming `domain` (the first listed of equal prices); a generalist if none does."""
-        naming = [ln for ln in self.lines if domain in ln.topics] or [ln for ln in self.lines if not ln.topics]
+        naming = self.naming(domain)
         if not naming:
             raise ValueError(f"listing names no model for {domain!r} and has no generalist: {self.text!r}")
         return min(naming, key=lambda ln: ln.spec.price_out_per_m).spec

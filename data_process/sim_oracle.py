@@ -23,6 +23,9 @@ rows list their own pool (data_process/pool_variation.py: random subsets, orders
 to the cheapest listed model naming the hop's domain, so the policy reads the listing instead of memorising
 it, and a model it never saw can be picked from its line (docs/results/unseen_model). With `add_rival` a share
 of rows list the pool's own models plus one made-up rival line, so the familiar listing obeys that rule too.
+With `think_candidates` each oracle-mode hop's <think> restates the listed candidates for its domain with their
+prices before the pick, so the pick is a copy of the cheapest from a few tokens back, not a lookup across the
+prompt (as restating the cost weight made the alpha take: docs/results/h200/gemma_alpha).
 
 Writes OUT/oracle.parquet (prompt, response_text, segments, answers, ...), the prompt
 template it used (OUT/prompt_template.txt: give it to sim_qa so RL sees the same
@@ -43,12 +46,12 @@ from pathlib import Path
 from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
 from data_process.name_swap import EntityNames
 from data_process.name_swap import apply as apply_names
-from data_process.pool_variation import PoolVariation, canonical_listing, name_bank
+from data_process.pool_variation import Listing, PoolVariation, canonical_listing, name_bank
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, SimQuestion, SimWorld
-from router_r1.embedded import COMPACT_TEMPLATE, world_words
+from router_r1.embedded import COMPACT_TEMPLATE, priced_name, world_words
 from router_r1.prompts import TemplateError, build_router_prompt, fill_template, load_template, submodel_messages
 from router_r1.actions import format_observation, render_route
 from router_r1.reward.format import check_format
@@ -102,6 +105,10 @@ class OracleConfig:
     # cheaper than the pick for its domains RIVAL_CHEAPER of the time, routed to the cheapest listed model naming
     # the domain: the familiar listing is then a case of that rule too (vary_pool + add_rival <= 1)
     add_rival: float = 0.0
+    # Each oracle-mode hop's <think> states the row's listed lines naming the hop's domain, with their prices
+    # (the pool's own listing for rows without one), then picks the cheapest: the alpha only took once each
+    # decision restated it (docs/results/h200/gemma_alpha), and the unseen line was never picked without this
+    think_candidates: bool = False
 
 
 @dataclass
@@ -120,6 +127,14 @@ class Trajectory:
         return "".join(s["text"] for s in self.segments)
 
 
+def stated_candidates(listing: Listing, domain: str) -> str:
+    """The think's restatement of `domain`'s candidates, in listing order: "Listed for science: Qwen2.5-7B-Instruct
+    $0.30, Keta-70B $0.20." (the generalists' lines, "None listed for arts; all topics: ...", when no line names it)."""
+    lines = listing.naming(domain)
+    head = f"Listed for {domain}" if any(domain in ln.topics for ln in lines) else f"None listed for {domain}; all topics"
+    return f"{head}: {', '.join(priced_name(ln.spec) for ln in lines)}."
+
+
 def reply_answer(reply: str) -> str | None:
     """The answer an expert put first ("Sazom. The ... is Sazom."), or None if it gave none."""
     low = reply.lower()
@@ -134,10 +149,11 @@ class Oracle:
 
     def __init__(self, backend: SimBackend, registry: ModelRegistry, max_routes: int = 3,
                  confuse: float = 0.0, confuse_domains: tuple[str, ...] = (),
-                 specialist: dict[str, ModelSpec] | None = None):
+                 specialist: dict[str, ModelSpec] | None = None, listing: Listing | None = None):
         """`specialist`: the model each domain's hops go to (a varied listing's choice); default the cheapest
-        model reliable on it."""
+        model reliable on it. `listing`: the row's listing, whose candidates an oracle-mode hop's think states."""
         self.backend, self.registry, self.max_routes = backend, registry, max_routes
+        self.listing = listing
         self.confuse = confuse
         self.world: SimWorld = backend.world
         self.models = list(registry.models.values())
@@ -205,7 +221,7 @@ class Oracle:
         odd_hop = rng.randrange(len(q.hops))
         got = None
         for i, hop in enumerate(q.hops):
-            spec = self.specialist[hop.domain]
+            spec, slip = self.specialist[hop.domain], mode != "oracle"
             if mode == "generalist":
                 spec = generalist
             elif mode == BIG:
@@ -214,8 +230,15 @@ class Oracle:
                 cheap = [s for s in self.models if s not in self.generalists and s is not spec]
                 spec = rng.choice(cheap) if cheap else spec
             elif mode == "oracle" and hop.domain in self.mistaken and rng.random() < self.confuse:
-                spec, traj.confused = self.mistaken[hop.domain], True  # no draw unless the domain is confused
+                spec, traj.confused, slip = self.mistaken[hop.domain], True, True  # no draw unless the domain is confused
             query, think = hop.sub_question, f"A {hop.domain} fact. Ask {spec.name}."
+            if self.listing is not None and not slip:
+                # Slips (noise modes, the confused hop) keep the short think: a stated list is always followed by
+                # its cheapest line, so the copy the policy learns has no exceptions.
+                if spec.name != self.listing.choice(hop.domain).name:
+                    raise DataBuildError(f"the oracle's pick {spec.name!r} for {hop.domain!r} is not the cheapest "
+                                         f"listed line naming it: {self.listing.text!r}")
+                think = f"A {hop.domain} fact. {stated_candidates(self.listing, hop.domain)} Ask {spec.name}."
             if i > 0:
                 query = hop.sub_question.replace(hop.subject, got)  # follow the first reply, right or wrong
                 think = f"Got {got}. " + think
@@ -331,9 +354,17 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         if share > 0 and cfg.prompt_template:
             raise ValueError(f"{flag} lists each row's own pool in the compact template: drop --prompt-template")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
+    canonical = canonical_listing(registry) if cfg.think_candidates else None
+    if canonical is not None:  # the plain rows' thinks restate their prompt's lines: the template must show them
+        shown = Path(template_path).read_text()
+        missing = [priced_name(ln.spec) for ln in canonical.lines if priced_name(ln.spec) not in shown]
+        if missing:
+            raise ValueError(f"--think-candidates: {template_path} does not list {', '.join(missing)} as the "
+                             "compact listing shows them: drop --prompt-template")
     world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
     backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0, world=world)
-    oracle = Oracle(backend, registry, cfg.max_routes, cfg.confuse, cfg.confuse_domains if cfg.confuse > 0 else ())
+    oracle = Oracle(backend, registry, cfg.max_routes, cfg.confuse, cfg.confuse_domains if cfg.confuse > 0 else (),
+                    listing=canonical)
     prompter = make_prompter(cfg.pool, False, template_path, None)  # the builder sim_qa uses
     questions = backend.world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
     rng = random.Random(cfg.seed)
@@ -354,7 +385,8 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
             listing = variation.with_rival(canonical_listing(registry), vary_rng)
         if listing is not None:
             row_registry = listing.registry
-            row_oracle = Oracle(backend, row_registry, cfg.max_routes, specialist=listing.choices())
+            row_oracle = Oracle(backend, row_registry, cfg.max_routes, specialist=listing.choices(),
+                                listing=listing if cfg.think_candidates else None)
         traj = row_oracle.run(q, mode, rng)
         ok, why = check_format(traj.text, row_registry)
         if not ok:  # a bug in the oracle, never in the data
@@ -505,6 +537,9 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--add-rival", type=float, default=0.0,
                    help="share of rows whose prompt lists the pool's own models plus one made-up model (a rival "
                         "line, cheaper 70%% of the time), routed to the cheapest listed model naming the domain")
+    p.add_argument("--think-candidates", action="store_true",
+                   help="each oracle-mode hop's <think> states the listed models naming its domain with their prices "
+                        "before picking the cheapest (slips keep the short think)")
     p.add_argument("--freeze-names", action="store_true",
                    help="write the names' token ids into model.json as frozen_token_ids (their embedding rows stay "
                         "at their random start: a copy circuit that generalises to names training never showed)")

@@ -48,9 +48,14 @@ def domain_accuracy(spec) -> dict[str, float]:
     return {d: float(acc.get(d, acc.get("default", 0.0))) for d in DOMAINS}
 
 
+def priced_name(spec) -> str:
+    """A model's name and price as the compact listing shows them: "Qwen2.5-7B-Instruct $0.30"."""
+    return f"{spec.name} ${spec.price_out_per_m:.2f}"
+
+
 def pool_line(spec, shown: str) -> str:
     """One compact pool line: "Qwen2.5-7B-Instruct $0.30: science, business"."""
-    return f"{spec.name} ${spec.price_out_per_m:.2f}: {shown}"
+    return f"{priced_name(spec)}: {shown}"
 
 
 def model_topics(spec) -> str:
