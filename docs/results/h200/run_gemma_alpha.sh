@@ -72,15 +72,7 @@ export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
   # An SFT run's config has no env section; a conditioned router is told its alpha at evaluation when its run
   # config has env.alphas (evaluate.conditioned_alpha): give each the embedded recipe's env with COND_ALPHAS.
   for r in $CONDS; do
-    python3 - "$RUN/sft_$r/run_config.yaml" "$POOL" $COND_ALPHAS <<'PY'
-import sys, yaml
-from omegaconf import OmegaConf
-from verl.trainer.main_ppo import load_config
-path, pool, alphas = sys.argv[1], sys.argv[2], [float(a) for a in sys.argv[3:]]
-run = yaml.safe_load(open(path))
-run["env"] = {**OmegaConf.to_container(load_config("embedded").env, resolve=True), "pool": pool, "alphas": alphas}
-yaml.safe_dump(run, open(path, "w"), sort_keys=False)
-PY
+    python3 - "$RUN/sft_$r/run_config.yaml" "$POOL" $COND_ALPHAS < docs/results/alpha_tradeoff/conditioned_env.py
   done
   FIRST=${CONDS%% *}
   stage "evaluation, $EVAL_PARALLEL at a time: fixed_A at A; $FIRST told each of $EVAL_ALPHAS, the others $ALPHAS"
