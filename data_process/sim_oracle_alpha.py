@@ -3,9 +3,11 @@
     python -m data_process.sim_oracle_alpha --out-dir outputs/alpha/oracle --n 2000 --alphas 0 0.3 0.6 0.9 --report
 
 Each row draws a cost weight alpha from --alphas (--each-alpha: each question comes once at every alpha); its
-prompt states it as the environment renders a prompt under env.alphas (prompts.alpha_text through build_router_prompt; --no-alpha-text keeps the
-plain prompt, for the data of a run trained at one fixed alpha), and its trajectory follows the plan
-of highest expected reward under the project's gate (router_r1/reward/score.py) at that alpha:
+prompt states it as the environment renders a prompt under env.alphas (prompts.alpha_text through
+build_router_prompt; --no-alpha-text keeps the plain prompt, for the data of a run trained at one fixed alpha;
+--think-alpha restates it in each decision's <think>, which is what made a pretrained policy read it:
+docs/results/h200/gemma_alpha), and its trajectory follows the plan of highest expected reward under the
+project's gate (router_r1/reward/score.py) at that alpha:
 
     E[r] = P(right) * ((1 - alpha) + alpha * R_cost(cost))
 
