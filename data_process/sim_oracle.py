@@ -354,8 +354,8 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         if share > 0 and cfg.prompt_template:
             raise ValueError(f"{flag} lists each row's own pool in the compact template: drop --prompt-template")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
-    canonical = canonical_listing(registry) if cfg.think_candidates else None
-    if canonical is not None:  # the plain rows' thinks restate their prompt's lines: the template must show them
+    canonical = canonical_listing(registry)  # the plain rows' listing; a rival row's, plus one line
+    if cfg.think_candidates:  # the plain rows' thinks restate their prompt's lines: the template must show them
         shown = Path(template_path).read_text()
         missing = [priced_name(ln.spec) for ln in canonical.lines if priced_name(ln.spec) not in shown]
         if missing:
@@ -364,7 +364,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
     backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0, world=world)
     oracle = Oracle(backend, registry, cfg.max_routes, cfg.confuse, cfg.confuse_domains if cfg.confuse > 0 else (),
-                    listing=canonical)
+                    listing=canonical if cfg.think_candidates else None)
     prompter = make_prompter(cfg.pool, False, template_path, None)  # the builder sim_qa uses
     questions = backend.world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
     rng = random.Random(cfg.seed)
@@ -382,7 +382,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         if u < cfg.vary_pool:
             listing = variation.draw(vary_rng)
         elif u < cfg.vary_pool + cfg.add_rival:
-            listing = variation.with_rival(canonical_listing(registry), vary_rng)
+            listing = variation.with_rival(canonical, vary_rng)
         if listing is not None:
             row_registry = listing.registry
             row_oracle = Oracle(backend, row_registry, cfg.max_routes, specialist=listing.choices(),

@@ -151,11 +151,16 @@ def test_every_model_name_is_one_token_and_a_new_name_gets_a_row_like_the_routed
 def test_bad_vary_pool_values_are_errors(tmp_path, capsys):
     assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--vary-pool", "1.5", "--no-tokenizer"]) == 1
     assert "--vary-pool must be in [0, 1], got 1.5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--vary-pool", "--add-rival"])
+def test_a_row_listing_refuses_a_prompt_template(tmp_path, capsys, flag):
     template = tmp_path / "t.txt"
     template.write_text("Models:\nX $1: all\nQuestion: {question}\n")
-    assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--vary-pool", "0.5", "--prompt-template",
-                        str(template), "--no-tokenizer"]) == 1
-    assert "drop --prompt-template" in capsys.readouterr().err
+    assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", flag, "0.5", "--prompt-template", str(template),
+                        "--no-tokenizer"]) == 1
+    assert f"{flag} lists each row's own pool in the compact template: drop --prompt-template" in \
+        capsys.readouterr().err
 
 
 def rival_rows(tmp_path, n=60, **kw):
@@ -232,8 +237,3 @@ def test_bad_add_rival_values_are_errors(tmp_path, capsys):
     for args in (["--add-rival", "-0.1"], ["--add-rival", "0.6", "--vary-pool", "0.5"]):
         assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--no-tokenizer", *args]) == 1
         assert "--add-rival must be >= 0 with --vary-pool + --add-rival <= 1" in capsys.readouterr().err
-    template = tmp_path / "t.txt"
-    template.write_text("Models:\nX $1: all\nQuestion: {question}\n")
-    assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--add-rival", "0.5", "--prompt-template",
-                        str(template), "--no-tokenizer"]) == 1
-    assert "--add-rival lists each row's own pool" in capsys.readouterr().err
