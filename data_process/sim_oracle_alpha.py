@@ -6,8 +6,9 @@ Each row draws a cost weight alpha from --alphas (--each-alpha: each question co
 prompt states it as the environment renders a prompt under env.alphas (prompts.alpha_text through
 build_router_prompt; --no-alpha-text keeps the plain prompt, for the data of a run trained at one fixed alpha;
 --think-alpha restates it in each decision's <think>, which is what made a pretrained policy read it:
-docs/results/h200/gemma_alpha), and its trajectory follows the plan of highest expected reward under the
-project's gate (router_r1/reward/score.py) at that alpha:
+docs/results/h200/gemma_alpha; --think-alpha-at start puts it first in the think, where the embedded default
+learned to copy it: docs/results/alpha_tradeoff/think_alpha_start), and its trajectory follows the plan of highest
+expected reward under the project's gate (router_r1/reward/score.py) at that alpha:
 
     E[r] = P(right) * ((1 - alpha) + alpha * R_cost(cost))
 
@@ -56,6 +57,7 @@ from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score
 
 DEFAULT_ALPHAS = (0.0, 0.3, 0.6, 0.9)
+THINK_ALPHA_AT = ("pick", "start")  # where --think-alpha restates the weight: just before "Ask <model>", or first
 GUESS, WHOLE, HOPS = "guess", "whole", "hops"
 
 
@@ -76,6 +78,9 @@ class AlphaOracleConfig:
     # Each decision's <think> restates the cost weight ("Cost weight 0.6. Ask ..."): the pick then follows the
     # number a few tokens back, not a sentence of the prompt
     think_alpha: bool = False
+    # "start": the restatement opens the think ("Cost weight 0.6. A people fact. Ask ..."), right where the 2-layer
+    # embedded policy learned to copy the prompt's alpha; before the pick it copied only 0 or not
+    think_alpha_at: str = "pick"
     alpha_text: bool = True  # state the alpha in the prompt (False: a fixed-alpha run's data)
     cost_window: tuple[float, float] | None = None  # (low, high) USD of R_cost's window; None: the alpha-0 trajectories'
     noise: float = 0.05  # P(one of sim_oracle's slips instead of the plan)
@@ -171,9 +176,10 @@ class AlphaOracle(Oracle):
         return max(options, key=lambda o: (o.value, -o.cost_usd))  # a tie goes to the cheaper
 
     def run_alpha(self, q: SimQuestion, alpha: float, rng: random.Random,
-                  think_alpha: bool = False) -> tuple[Trajectory, Plan]:
+                  think_alpha: bool = False, at: str = "pick") -> tuple[Trajectory, Plan]:
         """The trajectory at `alpha` and its first plan; after a reply without an answer the rest is replanned.
-        `think_alpha`: each decision's <think> restates the cost weight just before the pick it leads to."""
+        `think_alpha`: each decision's <think> restates the cost weight, `at` "pick" just before the pick it leads
+        to, "start" first in the think."""
         if self.bounds is None and alpha > 0:
             raise ValueError("AlphaOracle: set_window before planning at alpha > 0")
         traj, start, entity, asked, first, retry = Trajectory(), 0, None, set(), None, False
@@ -200,7 +206,7 @@ class AlphaOracle(Oracle):
             if retry:  # as sim_oracle's ask_hop words it
                 think = f"No answer. Ask {spec.name}."
             if think_alpha:
-                think = think.replace("Ask ", f"{weight}Ask ", 1)
+                think = weight + think if at == "start" else think.replace("Ask ", f"{weight}Ask ", 1)
             asked.add((spec.name, query))
             got = self.ask(traj, think, spec, query)
             retry = got is None
@@ -236,6 +242,10 @@ def build_rows(cfg: AlphaOracleConfig, template_path: str | Path) -> tuple[list[
         raise ValueError(f"--noise must be in [0, 1], got {cfg.noise}")
     if cfg.max_routes < 2:
         raise ValueError(f"--max-routes must be >= 2 (two hops), got {cfg.max_routes}")
+    if cfg.think_alpha_at not in THINK_ALPHA_AT:
+        raise ValueError(f"--think-alpha-at must be one of {', '.join(THINK_ALPHA_AT)}, got {cfg.think_alpha_at!r}")
+    if cfg.think_alpha_at != "pick" and not cfg.think_alpha:
+        raise ValueError(f"--think-alpha-at {cfg.think_alpha_at} places the restated weight: it needs --think-alpha")
     if cfg.each_alpha and cfg.n % len(cfg.alphas):
         raise ValueError(f"--each-alpha: --n ({cfg.n}) must be a multiple of the {len(cfg.alphas)} alphas")
     registry = ModelRegistry.from_yaml(cfg.pool).seen()
@@ -255,7 +265,7 @@ def build_rows(cfg: AlphaOracleConfig, template_path: str | Path) -> tuple[list[
         alpha = alpha_rng.choice(cfg.alphas) if alpha is None else alpha
         mode = pick_mode(q, cfg.noise, rng)
         if mode == "oracle":
-            traj, plan = oracle.run_alpha(q, alpha, rng, cfg.think_alpha)
+            traj, plan = oracle.run_alpha(q, alpha, rng, cfg.think_alpha, cfg.think_alpha_at)
         else:
             traj, plan = oracle.run(q, mode, rng), None
         ok, why = check_format(traj.text, registry)
@@ -340,6 +350,9 @@ def parse_args(argv: list[str] | None = None) -> AlphaOracleConfig:
                    help="the cost weights each row's alpha is drawn from")
     p.add_argument("--think-alpha", action="store_true",
                    help="each decision's <think> restates the cost weight before the pick (\"Cost weight 0.6. Ask ...\")")
+    p.add_argument("--think-alpha-at", choices=THINK_ALPHA_AT, default="pick",
+                   help="where --think-alpha restates it: before the pick, or first in the think (\"Cost weight 0.6. A "
+                        "people fact. Ask ...\"), which the 2-layer embedded policy copies")
     p.add_argument("--each-alpha", action="store_true",
                    help="every question once at each of --alphas (--n rows over n / len(alphas) questions)")
     p.add_argument("--no-alpha-text", dest="alpha_text", action="store_false",

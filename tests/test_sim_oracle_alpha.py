@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from data_process.sim_oracle_alpha import (GUESS, AlphaOracle, AlphaOracleConfig, alpha0_costs, build_rows,
-                                           main, plan_shift, run)
+                                           main, parse_args, plan_shift, run)
 from data_process.name_swap import EntityNames
 from data_process.sim_oracle import DEFAULT_POOL
 from router_r1.pool.client import PoolClient
@@ -214,3 +214,28 @@ def test_think_alpha_restates_the_weight_before_each_pick_and_changes_nothing_el
             stated += len(picks)
         assert t["response_text"].replace(weight, "") == p["response_text"], t["uid"]
     assert stated >= 60
+
+
+def test_think_alpha_at_start_opens_each_decision_with_the_weight_and_moves_nothing_else(tmp_path):
+    cfg = dict(n=60, alphas=ALPHAS, pool="configs/pool/sim_tradeoff.yaml", tokenizer=False, think_alpha=True)
+    run(AlphaOracleConfig(out_dir=tmp_path / "pick", **cfg))
+    run(AlphaOracleConfig(out_dir=tmp_path / "start", think_alpha_at="start", **cfg))
+    pick, start = (pd.read_parquet(tmp_path / d / "oracle.parquet").to_dict("records") for d in ("pick", "start"))
+    opened = moved = 0
+    for p, s in zip(pick, start):
+        assert list(p["route_models"]) == list(s["route_models"]) and p["prompt"][0]["content"] == s["prompt"][0]["content"]
+        weight = f"Cost weight {s['alpha']:g}. "
+        if s["mode"] == "oracle":  # each decision (an ask or a guess) opens with the weight, once
+            thinks = re.findall(r"<think>([^<]*)</think><(?:search|answer)>", s["response_text"])
+            decisions = [k for k in thinks if k != "Answer found."]  # the last think reads a reply, decides nothing
+            assert decisions and all(k.startswith(weight) and k.count(weight) == 1 for k in decisions), s["response_text"]
+            opened += len(decisions)
+            moved += s["response_text"] != p["response_text"]
+        assert s["response_text"].replace(weight, "") == p["response_text"].replace(weight, ""), s["uid"]
+    assert opened >= 60 and moved >= 30  # "A science fact. Cost weight 0.3. Ask" became "Cost weight 0.3. A science ..."
+    assert parse_args(["--think-alpha", "--think-alpha-at", "start"]).think_alpha_at == "start"
+    assert parse_args(["--think-alpha"]).think_alpha_at == "pick"
+    with pytest.raises(ValueError, match=r"--think-alpha-at start places the restated weight: it needs --think-alpha"):
+        build_rows(AlphaOracleConfig(out_dir=tmp_path, n=8, think_alpha_at="start"), DEFAULT_POOL)
+    with pytest.raises(ValueError, match=r"--think-alpha-at must be one of pick, start, got 'end'"):
+        build_rows(AlphaOracleConfig(out_dir=tmp_path, n=8, think_alpha=True, think_alpha_at="end"), DEFAULT_POOL)
