@@ -6,9 +6,9 @@ Each row draws a cost weight alpha from --alphas (--each-alpha: each question co
 prompt states it as the environment renders a prompt under env.alphas (prompts.alpha_text through
 build_router_prompt; --no-alpha-text keeps the plain prompt, for the data of a run trained at one fixed alpha;
 --think-alpha restates it in each decision's <think>, which is what made a pretrained policy read it:
-docs/results/h200/gemma_alpha; --think-alpha-at start puts it first in the think, where the embedded default
-learned to copy it: docs/results/alpha_tradeoff/think_alpha_start), and its trajectory follows the plan of highest
-expected reward under the project's gate (router_r1/reward/score.py) at that alpha:
+docs/results/h200/gemma_alpha, and the embedded default on 4,000 rows: docs/results/alpha_tradeoff/think_alpha_4k;
+--think-alpha-at start puts it first in the think), and its trajectory follows the plan of highest expected reward
+under the project's gate (router_r1/reward/score.py) at that alpha:
 
     E[r] = P(right) * ((1 - alpha) + alpha * R_cost(cost))
 
@@ -78,8 +78,9 @@ class AlphaOracleConfig:
     # Each decision's <think> restates the cost weight ("Cost weight 0.6. Ask ..."): the pick then follows the
     # number a few tokens back, not a sentence of the prompt
     think_alpha: bool = False
-    # "start": the restatement opens the think ("Cost weight 0.6. A people fact. Ask ..."), right where the 2-layer
-    # embedded policy learned to copy the prompt's alpha; before the pick it copied only 0 or not
+    # "start": the restatement opens the think ("Cost weight 0.6. A people fact. Ask ..."). On 2,000 rows the 2-layer
+    # embedded policy began to copy the prompt's alpha there first; on 4,000 rows "pick" matched the fixed runs
+    # better (docs/results/alpha_tradeoff/think_alpha_4k)
     think_alpha_at: str = "pick"
     alpha_text: bool = True  # state the alpha in the prompt (False: a fixed-alpha run's data)
     cost_window: tuple[float, float] | None = None  # (low, high) USD of R_cost's window; None: the alpha-0 trajectories'
@@ -352,7 +353,7 @@ def parse_args(argv: list[str] | None = None) -> AlphaOracleConfig:
                    help="each decision's <think> restates the cost weight before the pick (\"Cost weight 0.6. Ask ...\")")
     p.add_argument("--think-alpha-at", choices=THINK_ALPHA_AT, default="pick",
                    help="where --think-alpha restates it: before the pick, or first in the think (\"Cost weight 0.6. A "
-                        "people fact. Ask ...\"), which the 2-layer embedded policy copies")
+                        "people fact. Ask ...\")")
     p.add_argument("--each-alpha", action="store_true",
                    help="every question once at each of --alphas (--n rows over n / len(alphas) questions)")
     p.add_argument("--no-alpha-text", dest="alpha_text", action="store_false",

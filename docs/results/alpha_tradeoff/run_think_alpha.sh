@@ -8,6 +8,12 @@
 #   BASELINES_DIR=/tmp/base/eval/baselines bash docs/results/alpha_tradeoff/run_think_alpha.sh
 #       (BASELINES_DIR: an evaluation of the baselines on these test questions, summary.json and trajectories.jsonl;
 #        empty: evaluated here with --baseline BASELINES)
+# COND_FLAGS: more sim_oracle_alpha flags for the conditioned router's rows only (think_alpha_4k: --n 4000, 1,000
+#   questions at each alpha, which made the policy follow the told alpha); its rows then get their own tokenizer, while
+#   the fixed runs keep the plain --think-alpha set's tokenizer and template, so they are the same runs as think_alpha's.
+#   COND_EPOCHS: the conditioned SFT's epochs (default SFT_EPOCHS).
+# REUSE_SFT=1: an SFT whose output directory under OUT already holds a model is kept, not trained again (the SFTs are
+#   deterministic: a rerun with other COND_FLAGS keeps the fixed runs).
 # SMOKE (a few minutes): N_ORACLE=64 TRAIN_SIZE=64 VAL_SIZE=8 TEST_SIZE=24 SFT_EPOCHS=1 SFT_MAX_STEPS=4
 #   EVAL_ALPHAS="0 0.9" BASELINES="single:Qwen2.5-7B-Instruct oracle-hops"
 #   MODEL='{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}' OUT=/tmp/think_smoke RESULTS=/tmp/think_smoke/results
@@ -21,15 +27,22 @@ N_ORACLE=${N_ORACLE:-2000} TRAIN_SIZE=${TRAIN_SIZE:-2000} VAL_SIZE=${VAL_SIZE:-1
 SFT_EPOCHS=${SFT_EPOCHS:-6} SFT_MAX_STEPS=${SFT_MAX_STEPS:-}
 BASELINES_DIR=${BASELINES_DIR:-} BASELINES=${BASELINES:-all}
 MODEL=${MODEL:-}                                     # JSON over the embedded policy's config (a smoke shrinks it)
+COND_FLAGS=${COND_FLAGS:-} COND_EPOCHS=${COND_EPOCHS:-$SFT_EPOCHS} REUSE_SFT=${REUSE_SFT:-}
 mkdir -p "$OUT/logs" "$RESULTS"
 exec > >(tee "$RESULTS/run.txt") 2>&1
 start=$(date +%s)
 stage() { echo "== $(date -u +%T) [$(( $(date +%s) - start ))s] $*"; }
 O=$OUT/oracle_cond TEMPLATE=$OUT/oracle_cond/prompt_template.txt E=$OUT/eval
 
-stage "data: conditioned (--each-alpha --think-alpha; its tokenizer, model config and template serve every run), fixed at $ALPHAS, QA"
+stage "data: conditioned (--each-alpha --think-alpha; its tokenizer, model config and template serve every run${COND_FLAGS:+ but the conditioned one, on its own rows: $COND_FLAGS}), fixed at $ALPHAS, QA"
 python -m data_process.sim_oracle_alpha --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS --each-alpha \
   --think-alpha --noise 0.05 --rename 1 --whole-names ${MODEL:+--model "$MODEL"} --report > "$OUT/logs/oracle_cond.txt"
+C=$O  # the conditioned router's rows
+if [ -n "$COND_FLAGS" ]; then
+  C=$OUT/oracle_cond_flags
+  python -m data_process.sim_oracle_alpha --out-dir "$C" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS --each-alpha \
+    --think-alpha $COND_FLAGS --noise 0.05 --rename 1 --whole-names ${MODEL:+--model "$MODEL"} --report > "$OUT/logs/oracle_cond_flags.txt"
+fi
 for a in $ALPHAS; do
   python -m data_process.sim_oracle_alpha --out-dir "$OUT/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" --alphas "$a" \
     --no-alpha-text --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer > "$OUT/logs/oracle_fixed_$a.txt"
@@ -37,15 +50,18 @@ done
 python -m data_process.sim_qa --out-dir "$OUT/data" --pool "$POOL" --prompt-template "$TEMPLATE" \
   --train-size "$TRAIN_SIZE" --val-size "$VAL_SIZE" --test-size "$TEST_SIZE" > "$OUT/logs/qa.txt"
 
-sft() {  # run_alpha.sh's sft(): $1's oracle.parquet into $2, with the conditioned set's tokenizer and model config
-  python -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$1/oracle.parquet]" "model.path=$O/model.json" \
-    "model.tokenizer=$O/tokenizer" "trainer.output_dir=$2" "trainer.hf_dir=$2" trainer.resume=none \
-    trainer.total_epochs="$SFT_EPOCHS" trainer.total_steps="${SFT_MAX_STEPS:-null}" actor.lr=5e-3 \
-    data.train_batch_size=16 actor.sft_context_loss_weight=1.0 "data.prompt_template=$TEMPLATE" > "$OUT/logs/$(basename "$2").log" 2>&1
+sft() {  # run_alpha.sh's sft(): $1's oracle.parquet into $2, with the tokenizer, model config and template of
+  # ${3:-the plain conditioned set}, for ${4:-SFT_EPOCHS} epochs
+  local T=${3:-$O}
+  if [ -n "$REUSE_SFT" ] && [ -f "$2/model.safetensors" ]; then stage "SFT $(basename "$2"): reused (REUSE_SFT)"; return; fi
+  python -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$1/oracle.parquet]" "model.path=$T/model.json" \
+    "model.tokenizer=$T/tokenizer" "trainer.output_dir=$2" "trainer.hf_dir=$2" trainer.resume=none \
+    trainer.total_epochs="${4:-$SFT_EPOCHS}" trainer.total_steps="${SFT_MAX_STEPS:-null}" actor.lr=5e-3 \
+    data.train_batch_size=16 actor.sft_context_loss_weight=1.0 "data.prompt_template=$T/prompt_template.txt" > "$OUT/logs/$(basename "$2").log" 2>&1
   stage "SFT $(basename "$2") done: $(tail -1 "$OUT/logs/$(basename "$2").log")"
 }
-stage "SFTs: conditioned, then fixed at $ALPHAS"
-sft "$O" "$OUT/sft_cond"
+stage "SFTs: conditioned${COND_FLAGS:+ ($COND_FLAGS, $COND_EPOCHS epochs)}, then fixed at $ALPHAS"
+sft "$C" "$OUT/sft_cond" "$C" "$COND_EPOCHS"
 for a in $ALPHAS; do sft "$OUT/oracle_fixed_$a" "$OUT/sft_fixed_$a"; done
 # an SFT run's config has env: null; with the embedded recipe's env and env.alphas, evaluation tells it its alpha
 python - "$OUT/sft_cond/run_config.yaml" "$POOL" $ALPHAS < docs/results/alpha_tradeoff/conditioned_env.py
@@ -81,7 +97,7 @@ S=("$BASELINES_DIR/summary.json")
 for a in $ALPHAS; do S+=("$E/fixed_$a/summary.json"); done
 for a in $EVAL_ALPHAS; do S+=("$E/cond_$a/summary.json"); done
 python -m router_r1.eval.report "${S[@]}" --out "$RESULTS/pareto.png" > "$RESULTS/table.txt"
-cp "$OUT/logs/oracle_cond.txt" "$RESULTS/oracle_report.txt"
+cp "$OUT/logs/$(basename "$C").txt" "$RESULTS/oracle_report.txt"  # the conditioned rows' report
 gzip -9c "$BASELINES_DIR/summary.json" > "$RESULTS/summary_baselines.json.gz"
 for d in "$E"/*/; do gzip -9c "$d/summary.json" > "$RESULTS/summary_$(basename "$d").json.gz"; done
 stage "done: $RESULTS/table.txt, $RESULTS/pareto.png, $RESULTS/paired.txt"
