@@ -50,7 +50,8 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
   TOK=(--no-tokenizer)
   [ -n "${TOKENIZER:-}" ] || TOK=()
   TOKENIZER=${TOKENIZER:-$O/tokenizer}
-  RUNS="$CONDS $(printf 'fixed_%s ' $FIXED)"
+  RUNS=$CONDS
+  for a in $FIXED; do RUNS+=" fixed_$a"; done  # (printf over an empty FIXED would make a run "fixed_")
   if has data; then
   stage "oracle rows: cond (the template), $CONDS, fixed at ${FIXED:-(none)}; the test questions"
   python3 -m data_process.sim_oracle_alpha --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS \

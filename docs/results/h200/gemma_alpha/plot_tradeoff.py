@@ -1,12 +1,14 @@
 """The cost-EM trade-off of issue 31's Gemma runs, zoomed onto the routers (the full plot with every single model is
 pareto.png): fixed-alpha SFTs, the conditioned router told each alpha (a line in alpha order), oracle-hops.
 
-    python docs/results/h200/gemma_alpha/plot_tradeoff.py EVAL_DIR BASELINES_SUMMARY OUT.png
+    python docs/results/h200/gemma_alpha/plot_tradeoff.py EVAL_DIR BASELINES_SUMMARY OUT.png [RUNS]
+RUNS: the conditioned runs to draw, comma-separated (default cond_think,cond_each; gemma_alpha_s2: cond_think,cond_think_x2).
 EVAL_DIR holds run_gemma_alpha.sh's evaluations (fixed_A_A/, cond_think_A/, cond_each_A/, each with its summary.json)
 or their summaries as this directory keeps them (summary_cond_think_A.json.gz, ...).
 """
 import gzip
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -26,13 +28,17 @@ def overall(path: Path) -> list[tuple[str, float | None, float, float]]:
 
 def summaries(ev: Path, name: str) -> list[Path]:
     """The summaries of the runs called name_*: in their evaluation directories, or gzipped side by side."""
-    return sorted(ev.glob(f"{name}_*/summary.json")) or sorted(ev.glob(f"summary_{name}_*.json.gz"))
+    def told(path: Path) -> bool:  # name_<alpha>, not a longer run's name_x2_<alpha>
+        stem = path.parent.name if path.name == "summary.json" else path.name[len("summary_"):-len(".json.gz")]
+        return not re.match(r"x\d+_", stem[len(name) + 1:])
+    found = sorted(ev.glob(f"{name}_*/summary.json")) or sorted(ev.glob(f"summary_{name}_*.json.gz"))
+    return [f for f in found if told(f)]
 
 
-def main(eval_dir: str, baselines: str, out: str) -> None:
+def main(eval_dir: str, baselines: str, out: str, runs: str = "cond_think,cond_each") -> None:
     ev = Path(eval_dir)
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    for name, style in (("cond_think", "o-"), ("cond_each", "s--")):
+    for name, style in zip(runs.split(","), ("o-", "s--", "^:")):
         points = sorted((p for f in summaries(ev, name) for p in overall(f)), key=lambda p: p[1])
         if points:
             ax.plot([p[2] for p in points], [p[3] for p in points], style, label=f"conditioned ({name}), told alpha",
@@ -59,4 +65,4 @@ def main(eval_dir: str, baselines: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])
