@@ -34,6 +34,7 @@ N_ORACLE=${N_ORACLE:-2000} TEST_SIZE=${TEST_SIZE:-300} ALPHAS="0 0.3 0.6 0.9"  #
 # the trained range, cond_think routed like told 0 (docs/results/h200/gemma_alpha), try COND_ALPHAS="0 0.3 0.6 0.9 1"
 COND_ALPHAS=${COND_ALPHAS:-$ALPHAS}
 CONDS=${CONDS:-cond_think cond_each}
+COND_SEED=${COND_SEED:-0}  # the conditioned rows' question, alpha and noise draw (a replicate: another seed)
 FIXED=${FIXED-$ALPHAS} STAGES=${STAGES:-data sft eval serve} CALIBRATE_COST=${CALIBRATE_COST:-0.005}
 EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}  # each of CONDS is told each
 # An SFT's peak is 25-40 GB (Gemma's 262k-word logits), an evaluation of 256 prompts about 40 GB (not traced):
@@ -62,7 +63,8 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
     [[ $r == cond_think* ]] && flags+=(--think-alpha)
     [[ $r == cond_each* || $r == cond_think* ]] || flags=()  # cond: each row's alpha drawn from the set
     python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_$r" --pool "$POOL" --n $((N_ORACLE * k)) \
-      --alphas $COND_ALPHAS "${flags[@]}" --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer &
+      --alphas $COND_ALPHAS "${flags[@]}" --noise 0.05 --rename 1 --seed "$COND_SEED" --prompt-template "$TEMPLATE" \
+      --no-tokenizer &
   done
   for a in $FIXED; do
     python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" \
