@@ -49,8 +49,9 @@ def run_clients(url: str, questions: list[str], clients: int, duration_s: float,
             t0 = time.monotonic()
             try:
                 r = c.chat.completions.create(model=model, messages=[{"role": "user", "content": q}])
-                rec = {"i": i, "ok": True, "answer": r.choices[0].message.content,
-                       "cost_usd": r.model_extra["router_r1"]["cost_usd"]}
+                ext = r.model_extra["router_r1"]
+                rec = {"i": i, "ok": True, "answer": r.choices[0].message.content, "cost_usd": ext["cost_usd"],
+                       "models": [c["model"] for c in ext["calls"]]}
             except openai.APIStatusError as e:  # the router gave no answer: counted, not fatal
                 rec = {"i": i, "ok": False, "status": e.status_code}
             rec["latency_s"] = time.monotonic() - t0

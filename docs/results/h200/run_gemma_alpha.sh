@@ -42,6 +42,9 @@ EVAL_ALPHAS=${EVAL_ALPHAS:-0 0.15 0.3 0.45 0.6 0.7 0.8 0.9 1}  # each of CONDS i
 SFT_PARALLEL=${SFT_PARALLEL:-3} EVAL_PARALLEL=${EVAL_PARALLEL:-4} EVAL_BATCH=${EVAL_BATCH:-128}
 export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+# the episode's turns and lengths for evaluation, calibration and serving: pipeline_gemma_s8's PPO runs' (as
+# run_gemma_unseen.sh; an SFT checkpoint's run config has none of its own)
+SHAPE=(--max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512)
 (
   set -e
   start=$(date +%s)
@@ -94,10 +97,9 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
   FIRST=${CONDS%% *}
   if has eval; then
   stage "evaluation, $EVAL_PARALLEL at a time: fixed_A at A; $CONDS told each of $EVAL_ALPHAS"
-  # turns and lengths: pipeline_gemma_s8's PPO runs' (as run_gemma_unseen.sh)
   ev() { python3 -m router_r1.eval.evaluate --data "$RUN/data/test.parquet" --pool "$POOL" --sim --greedy \
-    --device "$DEVICE" --rollout "${ROLLOUT:-hf_static}" --batch-size "$EVAL_BATCH" --max-turns 3 --max-obs-length 128 \
-    --response-length 64 --max-response-length 512 --checkpoint "$RUN/sft_$1" --alpha "$2" \
+    --device "$DEVICE" --rollout "${ROLLOUT:-hf_static}" --batch-size "$EVAL_BATCH" "${SHAPE[@]}" \
+    --checkpoint "$RUN/sft_$1" --alpha "$2" \
     --out "$RUN/eval/$1_$2" > "$RUN/eval_$1_$2.log" 2>&1 || echo "eval $1 at $2 failed (rc $?)"; }
   jobs=()
   for a in $FIXED; do jobs+=("fixed_$a $a"); done
@@ -121,11 +123,11 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
   stage "$FIRST: the alpha for a cost of $CALIBRATE_COST USD per 1,000 questions on validation; served at $COND_ALPHAS"
   python3 -m router_r1.calibrate --checkpoint "$RUN/sft_$FIRST" --data "$RUN/data/val.parquet" --pool "$POOL" --sim \
     --device "$DEVICE" --batch-size "$EVAL_BATCH" --alphas $COND_ALPHAS --target-cost-per-1k "$CALIBRATE_COST" \
-    --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 --out "$RUN/calibrate" \
+    "${SHAPE[@]}" --out "$RUN/calibrate" \
     || echo "calibrate rc $?"
   PORT=${PORT:-18080}
   python3 -m router_r1.serve --checkpoint "$RUN/sft_$FIRST" --pool "$POOL" --sim --sim-latency 0 --device "$DEVICE" \
-    --port "$PORT" --max-turns 3 --max-obs-length 128 --response-length 64 --max-response-length 512 \
+    --port "$PORT" "${SHAPE[@]}" \
     > "$RUN/serve.log" 2>&1 &
   SERVER=$!
   python3 docs/results/h200/serve_alpha_demo.py --url "http://127.0.0.1:$PORT/v1" --data "$RUN/data/test.parquet" \

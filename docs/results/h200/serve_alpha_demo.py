@@ -4,7 +4,7 @@
     python docs/results/h200/serve_alpha_demo.py --url http://127.0.0.1:18080/v1 --data test.parquet \
         --alphas 0 0.3 0.6 0.9 --n 60 --out serve_demo.json
 
-Plain HTTP (urllib), as any OpenAI client would send it; waits up to --wait-s for the server to come up.
+The requests are scripts/bench_serve.py's clients (the openai SDK); waits up to --wait-s for the server to come up.
 """
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+ROOT = Path(__file__).resolve().parents[3]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from bench_serve import run_clients  # noqa: E402
 from router_r1.reward.qa_em import em_score  # noqa: E402
 
 
@@ -36,20 +37,6 @@ def wait_for(url: str, wait_s: float) -> list[str]:
             if time.monotonic() > deadline:
                 raise SystemExit(f"error: no router server answered at {url}/models within {wait_s:.0f} s") from None
             time.sleep(2)
-
-
-def ask(url: str, model: str, question: str) -> dict:
-    """One chat completion: the answer and the router_r1 extension (cost, calls), or the error."""
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": question}]}).encode()
-    req = urllib.request.Request(f"{url}/chat/completions", body, {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            out = json.load(r)
-    except urllib.error.HTTPError as e:
-        return {"error": f"HTTP {e.code}: {e.read(500).decode(errors='replace')}"}
-    ext = out.get("router_r1", {})
-    return {"answer": out["choices"][0]["message"]["content"], "cost_usd": ext.get("cost_usd", 0.0),
-            "models": [c["model"] for c in ext.get("calls", [])]}
 
 
 def main() -> None:
@@ -68,9 +55,9 @@ def main() -> None:
     result = {"url": a.url, "data": a.data, "n": len(rows), "alphas": {}}
     for alpha in a.alphas:
         model = f"{ids[0].split('@')[0]}@{alpha:g}"
-        with ThreadPoolExecutor(a.clients) as pool:
-            replies = list(pool.map(lambda r: ask(a.url, model, r["extra_info"]["question"]), rows))
-        ok = [(r, row) for r, row in zip(replies, rows) if "error" not in r]
+        questions = [r["extra_info"]["question"] for r in rows]
+        replies = run_clients(a.url, questions, a.clients, 3600.0, model, max_requests=len(rows))  # in question order
+        ok = [(r, row) for r, row in zip(replies, rows) if r["ok"]]
         em = sum(em_score(r["answer"], row["reward_model"]["ground_truth"]["target"]) for r, row in ok) / len(rows)
         calls = Counter(m for r, _ in ok for m in r["models"])
         total = sum(calls.values()) or 1
