@@ -173,6 +173,23 @@ class PoolVariation:
         above = [p for p in SPECIALIST_PRICES if p > max(picks)]
         prices = below if rng.random() < RIVAL_CHEAPER else above
         price = rng.choice(prices or below or above)
+        return self._insert(listing, spec, name, price, topics, rng)
+
+    def drill_rival(self, listing: Listing, rng: random.Random, domain: str, fails) -> Listing | None:
+        """`listing` plus a rival line naming `domain`, cheaper than the listing's pick for each of its topics, under
+        a bank name for which `fails(name, spec)` (sim_oracle's fallback drill); None if no free name fails."""
+        spec = rng.choice([s for s in self.specialists if domain in strong_domains(s)])
+        topics = strong_domains(spec) if rng.random() >= ONE_TOPIC else (domain,)
+        taken = {normalize_name(ln.spec.name) for ln in listing.lines}
+        names = [b for b in self.bank if normalize_name(b) not in taken and fails(b, spec)]
+        below = [p for p in SPECIALIST_PRICES if p < min(listing.choice(d).price_out_per_m for d in topics)]
+        if not names or not below:
+            return None
+        return self._insert(listing, spec, rng.choice(names), rng.choice(below), topics, rng)
+
+    @staticmethod
+    def _insert(listing: Listing, spec: ModelSpec, name: str, price: float, topics: tuple[str, ...],
+                rng: random.Random) -> Listing:
         line = Line(replace(spec, name=name, aliases=(), price_out_per_m=price, unseen=False), spec.name, topics)
         at = rng.randint(0, len(listing.lines))
         return Listing(listing.lines[:at] + (line,) + listing.lines[at:])

@@ -25,7 +25,11 @@ it, and a model it never saw can be picked from its line (docs/results/unseen_mo
 of rows list the pool's own models plus one made-up rival line, so the familiar listing obeys that rule too.
 With `think_candidates` each oracle-mode hop's <think> restates the listed candidates for its domain with their
 prices before the pick, so the pick is a copy of the cheapest from a few tokens back, not a lookup across the
-prompt (as restating the cost weight made the alpha take: docs/results/h200/gemma_alpha).
+prompt (as restating the cost weight made the alpha take: docs/results/h200/gemma_alpha). With `fallback`
+"listed" a hop whose reply holds no answer is asked next of the cheapest other listed line naming its domain (the
+think states those lines), not of the most reliable model, and each made-up line is a model of its own (a twin of
+its profile: the same skills, its own coins); `fallback_drill` gives a share of rows a cheaper rival line that has
+no answer for the first hop, so that fallback is shown often enough to be learned (docs/results/h200/gemma_unseen).
 
 Writes OUT/oracle.parquet (prompt, response_text, segments, answers, ...), the prompt
 template it used (OUT/prompt_template.txt: give it to sim_qa so RL sees the same
@@ -40,7 +44,7 @@ import random
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
@@ -49,7 +53,7 @@ from data_process.name_swap import apply as apply_names
 from data_process.pool_variation import Listing, PoolVariation, canonical_listing, name_bank
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
-from router_r1.pool.sim_backend import SimBackend
+from router_r1.pool.sim_backend import SimBackend, SimExpert, last_user_text
 from router_r1.pool.sim_world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, SimQuestion, SimWorld
 from router_r1.embedded import COMPACT_TEMPLATE, priced_name, world_words
 from router_r1.prompts import TemplateError, build_router_prompt, fill_template, load_template, submodel_messages
@@ -62,6 +66,8 @@ RELIABLE = 0.9  # a model is the specialist of a domain from this accuracy on
 NOISE_MODES = ("generalist", "cheap_other", "guess", "whole")
 BIG = "big"  # the cautious annotator's mode: everything to the strongest generalist
 NO_ANSWER = "unknown"
+FALLBACKS = ("best", "listed")  # OracleConfig.fallback
+DRILL = "drill"  # the mode of a fallback_drill row
 # Replies that carry no answer up front (see sim_backend: "I don't know ...", CANT_TELL, ...).
 _NO_ANSWER_MARKS = ("i don't know", "i'm sorry", "i know of")
 _UNBOUNDED = 10**9  # the oracle never cuts a reply; the rollout's max_obs_length must be above the longest
@@ -109,6 +115,14 @@ class OracleConfig:
     # (the pool's own listing for rows without one), then picks the cheapest: the alpha only took once each
     # decision restated it (docs/results/h200/gemma_alpha), and the unseen line was never picked without this
     think_candidates: bool = False
+    # After a reply without an answer, who is asked: "best", the most reliable other model (Mixtral-8x22B on every
+    # seen domain, whatever it costs); "listed", the cheapest other listed line naming the hop's domain, the think
+    # stating those lines, else "best". "listed" needs think_candidates, and makes each made-up line its own model.
+    fallback: str = "best"
+    # Share of oracle-mode rows that list the pool's own models plus a cheaper rival line for the first hop's domain
+    # whose reply to that hop has no answer (fallback "listed"): the fallback to the next listed line, about one
+    # row in 200 otherwise, shown often enough to be learned; the rows' questions are those drawn without it
+    fallback_drill: float = 0.0
 
 
 @dataclass
@@ -135,6 +149,22 @@ def stated_candidates(listing: Listing, domain: str) -> str:
     return f"{head}: {', '.join(priced_name(ln.spec) for ln in lines)}."
 
 
+def twin(backend: SimBackend, spec: ModelSpec) -> ModelSpec:
+    """`spec` answered by a model of its own: its profile's skills under its shown name's coins (registered with
+    the backend as api_id "<profile api_id>~<name>"), so two listed lines of one profile need not miss together."""
+    api_id = f"{spec.api_id.split('~')[0]}~{spec.name}"
+    if api_id not in backend.experts:
+        base = backend.experts[spec.api_id.split("~")[0]]
+        backend.experts[api_id] = SimExpert(spec.name, base.profile, base.world)
+    return replace(spec, api_id=api_id)
+
+
+def twinned(listing: Listing, backend: SimBackend) -> Listing:
+    """`listing` with each made-up line (a name other than its profile's) a twin of its profile."""
+    return Listing(tuple(ln if ln.spec.name == ln.profile else replace(ln, spec=twin(backend, ln.spec))
+                         for ln in listing.lines))
+
+
 def reply_answer(reply: str) -> str | None:
     """The answer an expert put first ("Sazom. The ... is Sazom."), or None if it gave none."""
     low = reply.lower()
@@ -149,11 +179,16 @@ class Oracle:
 
     def __init__(self, backend: SimBackend, registry: ModelRegistry, max_routes: int = 3,
                  confuse: float = 0.0, confuse_domains: tuple[str, ...] = (),
-                 specialist: dict[str, ModelSpec] | None = None, listing: Listing | None = None):
+                 specialist: dict[str, ModelSpec] | None = None, listing: Listing | None = None,
+                 fallback: str = "best"):
         """`specialist`: the model each domain's hops go to (a varied listing's choice); default the cheapest
-        model reliable on it. `listing`: the row's listing, whose candidates an oracle-mode hop's think states."""
+        model reliable on it. `listing`: the row's listing, whose candidates an oracle-mode hop's think states.
+        `fallback`: OracleConfig.fallback ("listed" needs the listing)."""
         self.backend, self.registry, self.max_routes = backend, registry, max_routes
         self.listing = listing
+        if fallback not in FALLBACKS or (fallback == "listed" and listing is None):
+            raise ValueError(f"fallback must be one of {FALLBACKS} (listed with a listing), got {fallback!r}")
+        self.fallback = fallback
         self.confuse = confuse
         self.world: SimWorld = backend.world
         self.models = list(registry.models.values())
@@ -196,14 +231,27 @@ class Oracle:
         traj.cost_usd += spec.cost(pt, ct)
         return reply_answer(text)
 
-    def ask_hop(self, traj: Trajectory, think: str, spec: ModelSpec, query: str, domain: str) -> str | None:
-        """Ask, and once ask the most reliable other model if the reply holds no answer."""
+    def ask_hop(self, traj: Trajectory, think: str, spec: ModelSpec, query: str, domain: str,
+                whole: bool = False) -> str | None:
+        """Ask, and once ask another model if the reply holds no answer (`retry`)."""
         got = self.ask(traj, think, spec, query)
         if got is None and len(traj.routes) < self.max_routes:
-            # another backend: a listing may show one profile under two names, and it would answer the same
-            other = self.best(domain, {s.name for s in self.models if s.api_id == spec.api_id})
-            got = self.ask(traj, f"No answer. Ask {other.name}.", other, query)
+            other, think = self.retry(domain, spec, whole)
+            got = self.ask(traj, think, other, query)
         return got
+
+    def retry(self, domain: str, failed: ModelSpec, whole: bool = False) -> tuple[ModelSpec, str]:
+        """Who is asked after `failed` gave no answer on a `domain` hop, and the think that says so. A whole
+        question goes to the most reliable model either way: no specialist chains two facts."""
+        if self.fallback == "listed" and not whole:
+            left = [ln for ln in self.listing.lines if domain in ln.topics and ln.spec.name != failed.name]
+            if left:
+                pick = min(left, key=lambda ln: ln.spec.price_out_per_m).spec  # the first listed of equal prices
+                return pick, f"No answer. Next listed for {domain}: {', '.join(priced_name(ln.spec) for ln in left)}. " \
+                             f"Ask {pick.name}."
+        # another backend: a listing may show one profile under two names, and it would answer the same
+        other = self.best(domain, {s.name for s in self.models if s.api_id == failed.api_id})
+        return other, f"No answer. Ask {other.name}."
 
     def run(self, q: SimQuestion, mode: str, rng: random.Random) -> Trajectory:
         """One trajectory for `q`; mode is "oracle" or one of NOISE_MODES."""
@@ -215,7 +263,8 @@ class Oracle:
             return traj
         if mode == "whole" or (mode == BIG and len(q.hops) > 1):
             spec = self.strongest if mode == BIG else rng.choice(self.models)
-            got = self.ask_hop(traj, f"Ask {spec.name} the whole question.", spec, q.question, q.hops[-1].domain)
+            got = self.ask_hop(traj, f"Ask {spec.name} the whole question.", spec, q.question, q.hops[-1].domain,
+                               whole=True)
             return self._finish(traj, got)
         generalist = rng.choice(self.generalists)
         odd_hop = rng.randrange(len(q.hops))
@@ -277,6 +326,19 @@ class Renamer:
         segments = [{**seg, "text": apply_names(names, seg["text"])} for seg in segments]
         return True, apply_names(names, question), segments, [apply_names(names, a) for a in answers], \
             apply_names(names, answer)
+
+
+def drill_listing(variation: PoolVariation, canonical: Listing, backend: SimBackend, q: SimQuestion,
+                  rng: random.Random) -> Listing | None:
+    """The pool's own listing plus a cheaper rival line for `q`'s first hop domain whose twin has no answer to that
+    hop (--fallback-drill); None if no bank name's twin lacks one."""
+    hop = q.hops[0]
+    query = last_user_text(submodel_messages(hop.sub_question))  # as the backend reads the oracle's ask
+
+    def fails(name: str, spec: ModelSpec) -> bool:
+        expert = backend.experts[spec.api_id]
+        return reply_answer(SimExpert(name, expert.profile, expert.world).reply(query)) is None
+    return variation.drill_rival(canonical, rng, hop.domain, fails)
 
 
 def varied_pools(cfg: OracleConfig, registry: ModelRegistry, world: SimWorld) -> PoolVariation:
@@ -350,6 +412,13 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     if cfg.add_rival < 0.0 or cfg.vary_pool + cfg.add_rival > 1.0:
         raise ValueError(f"--add-rival must be >= 0 with --vary-pool + --add-rival <= 1, got {cfg.add_rival} "
                          f"(--vary-pool {cfg.vary_pool})")
+    if cfg.fallback not in FALLBACKS:
+        raise ValueError(f"--fallback must be one of {', '.join(FALLBACKS)}, got {cfg.fallback!r}")
+    if cfg.fallback == "listed" and not cfg.think_candidates:
+        raise ValueError("--fallback listed states the lines left in the think: add --think-candidates")
+    if not 0.0 <= cfg.fallback_drill <= 1.0 or (cfg.fallback_drill > 0 and cfg.fallback != "listed"):
+        raise ValueError(f"--fallback-drill must be in [0, 1], and > 0 only with --fallback listed, got "
+                         f"{cfg.fallback_drill} (--fallback {cfg.fallback})")
     for flag, share in (("--vary-pool", cfg.vary_pool), ("--add-rival", cfg.add_rival)):
         if share > 0 and cfg.prompt_template:
             raise ValueError(f"{flag} lists each row's own pool in the compact template: drop --prompt-template")
@@ -364,13 +433,14 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
     backend = SimBackend.from_pool_yaml(cfg.pool, seed=cfg.world_seed, latency_scale=0.0, world=world)
     oracle = Oracle(backend, registry, cfg.max_routes, cfg.confuse, cfg.confuse_domains if cfg.confuse > 0 else (),
-                    listing=canonical if cfg.think_candidates else None)
+                    listing=canonical if cfg.think_candidates else None, fallback=cfg.fallback)
     prompter = make_prompter(cfg.pool, False, template_path, None)  # the builder sim_qa uses
     questions = backend.world.questions(cfg.n, cfg.seed, "train", cfg.two_hop_frac)
     rng = random.Random(cfg.seed)
     renamer = Renamer(world, template_path, cfg.rename, cfg.seed)
-    variation = varied_pools(cfg, registry, world) if cfg.vary_pool > 0 or cfg.add_rival > 0 else None
+    variation = varied_pools(cfg, registry, world) if cfg.vary_pool + cfg.add_rival + cfg.fallback_drill > 0 else None
     vary_rng = random.Random(f"vary-pool-{cfg.seed}")  # its own stream: questions and noise as without
+    drill_rng = random.Random(f"fallback-drill-{cfg.seed}")  # and the drill's
     compact = load_template(COMPACT_TEMPLATE)
     rows, counts = [], {}
     for q in questions:
@@ -383,10 +453,16 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
             listing = variation.draw(vary_rng)
         elif u < cfg.vary_pool + cfg.add_rival:
             listing = variation.with_rival(canonical, vary_rng)
+        drilled = None
+        if cfg.fallback_drill > 0 and drill_rng.random() < cfg.fallback_drill and mode == "oracle":
+            drilled = drill_listing(variation, canonical, backend, q, drill_rng)
+            listing = drilled or listing
         if listing is not None:
+            if cfg.fallback == "listed":
+                listing = twinned(listing, backend)
             row_registry = listing.registry
             row_oracle = Oracle(backend, row_registry, cfg.max_routes, specialist=listing.choices(),
-                                listing=listing if cfg.think_candidates else None)
+                                listing=listing if cfg.think_candidates else None, fallback=cfg.fallback)
         traj = row_oracle.run(q, mode, rng)
         ok, why = check_format(traj.text, row_registry)
         if not ok:  # a bug in the oracle, never in the data
@@ -398,7 +474,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         rows.append({
             "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompt,
             "response_text": "".join(seg["text"] for seg in segments), "segments": segments, "answers": answers,
-            "question": question, "domain": q.domain, "mode": "confused" if traj.confused else mode,
+            "question": question, "domain": q.domain, "mode": "confused" if traj.confused else DRILL if drilled else mode,
             "routes": len(traj.routes), "renamed": renamed,
             "route_models": [m for m, _ in traj.routes], "cost_usd": traj.cost_usd,
             "em": em_score(answer, answers),
@@ -431,7 +507,7 @@ def report(rows: list[dict], tokenizer=None) -> str:
                 f"routes={sum(r['routes'] for r in rs) / n:.2f} "
                 f"cost={1e6 * sum(r['cost_usd'] for r in rs) / n:.2f}e-6 USD")
     out = [line("all", rows)]
-    for mode in ("oracle", "confused", BIG, *NOISE_MODES):
+    for mode in ("oracle", "confused", DRILL, BIG, *NOISE_MODES):
         rs = [r for r in rows if r["mode"] == mode]
         if rs:
             out.append(line(mode, rs))
@@ -540,6 +616,13 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--think-candidates", action="store_true",
                    help="each oracle-mode hop's <think> states the listed models naming its domain with their prices "
                         "before picking the cheapest (slips keep the short think)")
+    p.add_argument("--fallback", choices=FALLBACKS, default="best",
+                   help="after a reply without an answer ask the most reliable other model (best), or the cheapest "
+                        "other listed line naming the hop's domain, stated in the think (listed; needs "
+                        "--think-candidates; each made-up line is then a model of its own)")
+    p.add_argument("--fallback-drill", type=float, default=0.0,
+                   help="share of oracle-mode rows given a cheaper rival line for the first hop's domain that has no "
+                        "answer to it, so the listed fallback is shown often (needs --fallback listed)")
     p.add_argument("--freeze-names", action="store_true",
                    help="write the names' token ids into model.json as frozen_token_ids (their embedding rows stay "
                         "at their random start: a copy circuit that generalises to names training never showed)")

@@ -10,6 +10,10 @@
 # THINK=1 makes each oracle-mode hop's <think> state the listed lines naming its domain with their prices before
 # the pick (sim_oracle --think-candidates), so the pick is a copy from a few tokens back; its turns run to 89 Gemma
 # tokens (60 without), so the evaluation's per-turn --response-length goes from 64 to 128 (RESPONSE_LENGTH).
+# FALLBACK=listed (with THINK=1) makes a hop whose reply has no answer ask the cheapest other listed line naming its
+# domain, stating those lines (sim_oracle --fallback listed), and DRILL share of oracle rows show that fallback
+# after a cheaper rival line's miss (--fallback-drill). SEED: the oracle's question draw and noise.
+#   THINK=1 RIVAL=0.5 VARY=0 FALLBACK=listed DRILL=0.1 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   THINK=1 RIVAL=0.5 VARY=0 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
 # A CPU smoke of the wiring: MODEL='{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
@@ -23,16 +27,19 @@ source "$(dirname "$0")/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHO
 RUN=${RUN:-/tmp/gemma_unseen} POOL=configs/pool/sim_unseen.yaml VARY=${VARY:-0.5} RIVAL=${RIVAL:-0}
 MODEL=${MODEL:-$GGUF} DEVICE=${DEVICE:-cuda} TEST_SIZE=${TEST_SIZE:-300} THINK=${THINK:-0}
 THINK_FLAG=(); [ "$THINK" = 1 ] && THINK_FLAG=(--think-candidates)
+FALLBACK=${FALLBACK:-best} DRILL=${DRILL:-0} SEED=${SEED:-0}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$([ "$THINK" = 1 ] && echo 128 || echo 64)}
 export TOKENIZERS_PARALLELISM=false
 (
   set -e
   start=$(date +%s)
   stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
-  stage "oracle rows (vary-pool $VARY, add-rival $RIVAL, think-candidates $THINK), test data with and without SciGLM-6B listed"
+  stage "oracle rows (vary-pool $VARY, add-rival $RIVAL, think-candidates $THINK, fallback $FALLBACK, drill $DRILL," \
+    "seed $SEED), test data with and without SciGLM-6B listed"
   # the oracle's pool holds SciGLM-6B so that no row's made-up names take it; its rows list seen models only
   python3 -m data_process.sim_oracle --out-dir "$RUN/oracle" --n "${N_ORACLE:-2000}" --noise 0.05 --rename 1 \
-    --vary-pool "$VARY" --add-rival "$RIVAL" "${THINK_FLAG[@]}" --pool "$POOL" --report
+    --vary-pool "$VARY" --add-rival "$RIVAL" "${THINK_FLAG[@]}" --fallback "$FALLBACK" --fallback-drill "$DRILL" \
+    --seed "$SEED" --pool "$POOL" --report
   python3 -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
   python3 -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
