@@ -50,7 +50,7 @@ from pathlib import Path
 from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
 from data_process.name_swap import EntityNames
 from data_process.name_swap import apply as apply_names
-from data_process.pool_variation import Listing, PoolVariation, canonical_listing, name_bank
+from data_process.pool_variation import BANK_SIZE, Listing, PoolVariation, canonical_listing, name_bank
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.sim_backend import SimBackend, SimExpert, last_user_text
@@ -115,6 +115,9 @@ class OracleConfig:
     # (the pool's own listing for rows without one), then picks the cheapest: the alpha only took once each
     # decision restated it (docs/results/h200/gemma_alpha), and the unseen line was never picked without this
     think_candidates: bool = False
+    # Made-up model names the varied and rival lines draw from: a few dozen are learnt by heart; with many, each seen
+    # a few times, the router must copy a listed name it does not know, as it must the unseen model's
+    bank_size: int = BANK_SIZE
     # After a reply without an answer, who is asked: "best", the most reliable other model (Mixtral-8x22B on every
     # seen domain, whatever it costs); "listed", the cheapest other listed line naming the hop's domain, the think
     # stating those lines, else "best". "listed" needs think_candidates, and makes each made-up line its own model.
@@ -346,7 +349,7 @@ def varied_pools(cfg: OracleConfig, registry: ModelRegistry, world: SimWorld) ->
     and the template's words."""
     reserved = set(ModelRegistry.from_yaml(cfg.pool).names) | set(world_words(world)) | \
         set(re.findall(r"\w+", COMPACT_TEMPLATE.read_text()))
-    return PoolVariation(registry, name_bank(reserved=reserved, seed=cfg.world_seed))
+    return PoolVariation(registry, name_bank(cfg.bank_size, reserved=reserved, seed=cfg.world_seed))
 
 
 def model_names(cfg: OracleConfig, world: SimWorld) -> list[str]:
@@ -616,6 +619,9 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--think-candidates", action="store_true",
                    help="each oracle-mode hop's <think> states the listed models naming its domain with their prices "
                         "before picking the cheapest (slips keep the short think)")
+    p.add_argument("--bank-size", type=int, default=BANK_SIZE,
+                   help="made-up model names the varied and rival lines draw from (many: each name is seen a few "
+                        "times, so the router learns to copy names it does not know)")
     p.add_argument("--fallback", choices=FALLBACKS, default="best",
                    help="after a reply without an answer ask the most reliable other model (best), or the cheapest "
                         "other listed line naming the hop's domain, stated in the think (listed; needs "

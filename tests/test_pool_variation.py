@@ -237,3 +237,12 @@ def test_bad_add_rival_values_are_errors(tmp_path, capsys):
     for args in (["--add-rival", "-0.1"], ["--add-rival", "0.6", "--vary-pool", "0.5"]):
         assert oracle_main(["--out-dir", str(tmp_path), "--n", "5", "--no-tokenizer", *args]) == 1
         assert "--add-rival must be >= 0 with --vary-pool + --add-rival <= 1" in capsys.readouterr().err
+
+
+def test_bank_size_sets_how_many_made_up_names_the_rival_lines_draw_from(tmp_path):
+    names = {}
+    for size in (96, 1000):
+        got = rival_rows(tmp_path / str(size), n=300, add_rival=1.0, bank_size=size)
+        seen = set(ModelRegistry.from_yaml(UNSEEN).seen().names)
+        names[size] = {m for r in got for m in listed(r) if m not in seen}
+    assert len(names[96]) <= 96 < len(names[1000])  # 300 draws from 1000 names: mostly distinct

@@ -12,7 +12,8 @@
 # tokens (60 without), so the evaluation's per-turn --response-length goes from 64 to 128 (RESPONSE_LENGTH).
 # FALLBACK=listed (with THINK=1) makes a hop whose reply has no answer ask the cheapest other listed line naming its
 # domain, stating those lines (sim_oracle --fallback listed), and DRILL share of oracle rows show that fallback
-# after a cheaper rival line's miss (--fallback-drill). SEED: the oracle's question draw and noise.
+# after a cheaper rival line's miss (--fallback-drill). SEED: the oracle's question draw and noise. BANK: the made-up
+# names the rival lines draw from (--bank-size). EVAL_BATCH: the evaluation's batch (several runs share one GPU).
 #   THINK=1 RIVAL=0.5 VARY=0 FALLBACK=listed DRILL=0.1 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   THINK=1 RIVAL=0.5 VARY=0 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
@@ -27,7 +28,7 @@ source "$(dirname "$0")/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHO
 RUN=${RUN:-/tmp/gemma_unseen} POOL=configs/pool/sim_unseen.yaml VARY=${VARY:-0.5} RIVAL=${RIVAL:-0}
 MODEL=${MODEL:-$GGUF} DEVICE=${DEVICE:-cuda} TEST_SIZE=${TEST_SIZE:-300} THINK=${THINK:-0}
 THINK_FLAG=(); [ "$THINK" = 1 ] && THINK_FLAG=(--think-candidates)
-FALLBACK=${FALLBACK:-best} DRILL=${DRILL:-0} SEED=${SEED:-0}
+FALLBACK=${FALLBACK:-best} DRILL=${DRILL:-0} SEED=${SEED:-0} BANK=${BANK:-96} EVAL_BATCH=${EVAL_BATCH:-256}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$([ "$THINK" = 1 ] && echo 128 || echo 64)}
 export TOKENIZERS_PARALLELISM=false
 (
@@ -35,11 +36,11 @@ export TOKENIZERS_PARALLELISM=false
   start=$(date +%s)
   stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
   stage "oracle rows (vary-pool $VARY, add-rival $RIVAL, think-candidates $THINK, fallback $FALLBACK, drill $DRILL," \
-    "seed $SEED), test data with and without SciGLM-6B listed"
+    "seed $SEED, bank $BANK), test data with and without SciGLM-6B listed"
   # the oracle's pool holds SciGLM-6B so that no row's made-up names take it; its rows list seen models only
   python3 -m data_process.sim_oracle --out-dir "$RUN/oracle" --n "${N_ORACLE:-2000}" --noise 0.05 --rename 1 \
     --vary-pool "$VARY" --add-rival "$RIVAL" "${THINK_FLAG[@]}" --fallback "$FALLBACK" --fallback-drill "$DRILL" \
-    --seed "$SEED" --pool "$POOL" --report
+    --seed "$SEED" --bank-size "$BANK" --pool "$POOL" --report
   python3 -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
   python3 -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
@@ -53,7 +54,7 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
   stage "evaluation: the seen listing, then SciGLM-6B offered"
   # turns and lengths: the PPO runs' of pipeline_gemma_s8 (an SFT checkpoint's run config has none of its own)
   ev() { python3 -m router_r1.eval.evaluate --pool "$POOL" --sim --greedy --alpha 0 --device "$DEVICE" --rollout hf_static \
-    --batch-size 256 --max-turns 3 --max-obs-length 128 --response-length "$RESPONSE_LENGTH" --max-response-length 512 \
+    --batch-size "$EVAL_BATCH" --max-turns 3 --max-obs-length 128 --response-length "$RESPONSE_LENGTH" --max-response-length 512 \
     --checkpoint "$RUN/sft" "$@"; }
   ev --data "$RUN/data/test.parquet" --out "$RUN/eval_seen"
   ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
