@@ -29,7 +29,8 @@ prompt (as restating the cost weight made the alpha take: docs/results/h200/gemm
 "listed" a hop whose reply holds no answer is asked next of the cheapest other listed line naming its domain (the
 think states those lines), not of the most reliable model, and each made-up line is a model of its own (a twin of
 its profile: the same skills, its own coins); `fallback_drill` gives a share of rows a cheaper rival line that has
-no answer for the first hop, so that fallback is shown often enough to be learned (docs/results/h200/gemma_unseen).
+no answer for the first hop, so that fallback is shown often enough to be learned
+(docs/results/h200/gemma_unseen/fallback).
 
 Writes OUT/oracle.parquet (prompt, response_text, segments, answers, ...), the prompt
 template it used (OUT/prompt_template.txt: give it to sim_qa so RL sees the same
@@ -250,8 +251,8 @@ class Oracle:
             left = [ln for ln in self.listing.lines if domain in ln.topics and ln.spec.name != failed.name]
             if left:
                 pick = min(left, key=lambda ln: ln.spec.price_out_per_m).spec  # the first listed of equal prices
-                return pick, f"No answer. Next listed for {domain}: {', '.join(priced_name(ln.spec) for ln in left)}. " \
-                             f"Ask {pick.name}."
+                stated = ", ".join(priced_name(ln.spec) for ln in left)
+                return pick, f"No answer. Next listed for {domain}: {stated}. Ask {pick.name}."
         # another backend: a listing may show one profile under two names, and it would answer the same
         other = self.best(domain, {s.name for s in self.models if s.api_id == failed.api_id})
         return other, f"No answer. Ask {other.name}."
@@ -477,7 +478,8 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         rows.append({
             "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompt,
             "response_text": "".join(seg["text"] for seg in segments), "segments": segments, "answers": answers,
-            "question": question, "domain": q.domain, "mode": "confused" if traj.confused else DRILL if drilled else mode,
+            "question": question, "domain": q.domain,
+            "mode": "confused" if traj.confused else DRILL if drilled else mode,
             "routes": len(traj.routes), "renamed": renamed,
             "route_models": [m for m, _ in traj.routes], "cost_usd": traj.cost_usd,
             "em": em_score(answer, answers),

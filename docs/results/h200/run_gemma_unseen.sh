@@ -14,7 +14,7 @@
 # domain, stating those lines (sim_oracle --fallback listed), and DRILL share of oracle rows show that fallback
 # after a cheaper rival line's miss (--fallback-drill). SEED: the oracle's question draw and noise. BANK: the made-up
 # names the rival lines draw from (--bank-size). EVAL_BATCH: the evaluation's batch (several runs share one GPU).
-#   THINK=1 RIVAL=0.5 VARY=0 FALLBACK=listed DRILL=0.1 bash docs/results/h200/run_gemma_unseen.sh DIR
+#   THINK=1 RIVAL=0.8 VARY=0 FALLBACK=listed DRILL=0.1 BANK=1000 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   THINK=1 RIVAL=0.5 VARY=0 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
 # A CPU smoke of the wiring: MODEL='{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
