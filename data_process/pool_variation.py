@@ -39,10 +39,16 @@ ONE_TOPIC = 0.5  # P(a specialist line names one of its domains only)
 RIVALS = (0, 1, 1, 2)  # extra lines of an already listed specialist profile, at another price
 LIST_GENERALIST = 0.6  # P(a generalist profile is listed); at least one always is
 RIVAL_CHEAPER = 0.7  # P(with_rival's line undercuts the listing's pick for its domains)
+# The shapes real model names take (a styled bank's): "Kavo-7B", "Kavo2.5-7B-Instruct", "KAVO-7B", "KavoLM-7B",
+# "Kavo-7B-Chat"; the plain bank has the first only
+_STYLES = ("{Stem}-{n}B", "{Stem}{v}-{n}B-Instruct", "{STEM}-{n}B", "{Stem}LM-{n}B", "{Stem}-{n}B-Chat")
+_VERSIONS = ("2", "2.5", "3", "3.1")
 
 
-def name_bank(size: int = BANK_SIZE, reserved: set[str] = frozenset(), seed: int = 0) -> list[str]:
-    """`size` made-up model names ("Kavo-7B"), distinct after registry normalisation and none in `reserved`."""
+def name_bank(size: int = BANK_SIZE, reserved: set[str] = frozenset(), seed: int = 0,
+              styled: bool = False) -> list[str]:
+    """`size` made-up model names ("Kavo-7B"; `styled`: in the shapes of _STYLES too), distinct after registry
+    normalisation and none in `reserved`."""
     rng = random.Random(f"model-names-{seed}")
     taken = {normalize_name(w) for w in reserved}
     names = []
@@ -51,6 +57,9 @@ def name_bank(size: int = BANK_SIZE, reserved: set[str] = frozenset(), seed: int
             return names
         stem = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.choice((2, 2, 3))))
         name = f"{stem.capitalize()}-{rng.choice(_SIZES)}B"
+        if styled:  # its own draws after the plain name's, so the plain bank is unchanged
+            name = rng.choice(_STYLES).format(Stem=stem.capitalize(), STEM=stem.upper(), n=rng.choice(_SIZES),
+                                              v=rng.choice(_VERSIONS))
         if normalize_name(name) not in taken and stem.capitalize() not in reserved:
             taken.add(normalize_name(name))
             names.append(name)
@@ -122,7 +131,11 @@ def canonical_listing(registry: ModelRegistry) -> Listing:
 class PoolVariation:
     """Draws a row's listing over a registry's profiles (seen models with sim profiles)."""
 
-    def __init__(self, registry: ModelRegistry, bank: list[str]):
+    def __init__(self, registry: ModelRegistry, bank: list[str], rival_cheaper: float = RIVAL_CHEAPER):
+        """`rival_cheaper`: P(with_rival's line undercuts the listing's pick for its domains)."""
+        if not 0.0 <= rival_cheaper <= 1.0:
+            raise ValueError(f"rival_cheaper must be in [0, 1], got {rival_cheaper}")
+        self.rival_cheaper = rival_cheaper
         self.profiles = list(registry.models.values())
         self.specialists = [s for s in self.profiles if not is_generalist(s)]
         self.generalists = [s for s in self.profiles if is_generalist(s)]
@@ -163,7 +176,7 @@ class PoolVariation:
 
     def with_rival(self, listing: Listing, rng: random.Random) -> Listing:
         """`listing` (normally canonical_listing) plus one specialist line under a bank name, at a random place,
-        priced below the listing's pick for each of its topics (RIVAL_CHEAPER of the time) or above them all."""
+        priced below the listing's pick for each of its topics (`rival_cheaper` of the time) or above them all."""
         spec = rng.choice(self.specialists)
         topics = self._shown(spec, rng)
         taken = {normalize_name(ln.spec.name) for ln in listing.lines}
@@ -171,7 +184,7 @@ class PoolVariation:
         picks = [listing.choice(d).price_out_per_m for d in topics]
         below = [p for p in SPECIALIST_PRICES if p < min(picks)]
         above = [p for p in SPECIALIST_PRICES if p > max(picks)]
-        prices = below if rng.random() < RIVAL_CHEAPER else above
+        prices = below if rng.random() < self.rival_cheaper else above
         price = rng.choice(prices or below or above)
         return self._insert(listing, spec, name, price, topics, rng)
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
 from data_process.name_swap import EntityNames
 from data_process.name_swap import apply as apply_names
-from data_process.pool_variation import BANK_SIZE, Listing, PoolVariation, canonical_listing, name_bank
+from data_process.pool_variation import BANK_SIZE, RIVAL_CHEAPER, Listing, PoolVariation, canonical_listing, name_bank
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.sim_backend import SimBackend, SimExpert, last_user_text
@@ -119,6 +119,12 @@ class OracleConfig:
     # Made-up model names the varied and rival lines draw from: a few dozen are learnt by heart; with many, each seen
     # a few times, the router must copy a listed name it does not know, as it must the unseen model's
     bank_size: int = BANK_SIZE
+    # The bank's names in the shapes real model names take ("Kavo2.5-7B-Instruct", "KAVO-7B", "KavoLM-7B", ...),
+    # not "Kavo-7B" only: a new model's name (SciGLM-6B) is then not the one shape no row shows
+    bank_styles: bool = False
+    # P(a rival line undercuts the listing's pick for its domains); at 0.7 "ask the made-up name" is right in most
+    # two-line decisions without reading a price (docs/results/h200/gemma_unseen/fallback); the drill's are cheaper
+    rival_cheaper: float = RIVAL_CHEAPER
     # After a reply without an answer, who is asked: "best", the most reliable other model (Mixtral-8x22B on every
     # seen domain, whatever it costs); "listed", the cheapest other listed line naming the hop's domain, the think
     # stating those lines, else "best". "listed" needs think_candidates, and makes each made-up line its own model.
@@ -350,7 +356,8 @@ def varied_pools(cfg: OracleConfig, registry: ModelRegistry, world: SimWorld) ->
     and the template's words."""
     reserved = set(ModelRegistry.from_yaml(cfg.pool).names) | set(world_words(world)) | \
         set(re.findall(r"\w+", COMPACT_TEMPLATE.read_text()))
-    return PoolVariation(registry, name_bank(cfg.bank_size, reserved=reserved, seed=cfg.world_seed))
+    bank = name_bank(cfg.bank_size, reserved=reserved, seed=cfg.world_seed, styled=cfg.bank_styles)
+    return PoolVariation(registry, bank, cfg.rival_cheaper)
 
 
 def model_names(cfg: OracleConfig, world: SimWorld) -> list[str]:
@@ -624,6 +631,11 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--bank-size", type=int, default=BANK_SIZE,
                    help="made-up model names the varied and rival lines draw from (many: each name is seen a few "
                         "times, so the router learns to copy names it does not know)")
+    p.add_argument("--bank-styles", action="store_true",
+                   help="bank names in the shapes real model names take (Kavo2.5-7B-Instruct, KAVO-7B, KavoLM-7B, "
+                        "Kavo-7B-Chat), not Kavo-7B only")
+    p.add_argument("--rival-cheaper", type=float, default=RIVAL_CHEAPER,
+                   help="share of rival lines priced below the listing's pick for their domains (else above)")
     p.add_argument("--fallback", choices=FALLBACKS, default="best",
                    help="after a reply without an answer ask the most reliable other model (best), or the cheapest "
                         "other listed line naming the hop's domain, stated in the think (listed; needs "

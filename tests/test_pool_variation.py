@@ -16,7 +16,7 @@ import pytest
 from data_process.pool_variation import Line, Listing, PoolVariation, canonical_listing, name_bank, strong_domains
 from data_process.sim_oracle import OracleConfig, build_rows, main as oracle_main, own_template
 from router_r1.embedded import compact_pool_text
-from router_r1.pool.registry import ModelRegistry
+from router_r1.pool.registry import ModelRegistry, normalize_name
 from router_r1.pool.sim_backend import SimBackend
 from router_r1.pool.sim_world import DOMAINS
 from router_r1.prompts import submodel_messages
@@ -246,3 +246,31 @@ def test_bank_size_sets_how_many_made_up_names_the_rival_lines_draw_from(tmp_pat
         seen = set(ModelRegistry.from_yaml(UNSEEN).seen().names)
         names[size] = {m for r in got for m in listed(r) if m not in seen}
     assert len(names[96]) <= 96 < len(names[1000])  # 300 draws from 1000 names: mostly distinct
+
+
+def test_a_styled_bank_has_real_model_name_shapes_and_stays_distinct():
+    plain, styled = name_bank(300), name_bank(300, styled=True)
+    assert all(re.fullmatch(r"[A-Z][a-z]+-\d+B", n) for n in plain)
+    shapes = {"instruct": r"[A-Z][a-z]+[\d.]+-\d+B-Instruct", "caps": r"[A-Z]+-\d+B", "lm": r"[A-Z][a-z]+LM-\d+B",
+              "chat": r"[A-Z][a-z]+-\d+B-Chat", "plain": r"[A-Z][a-z]+-\d+B"}
+    counts = {k: sum(bool(re.fullmatch(p, n)) for n in styled) for k, p in shapes.items()}
+    assert all(c > 20 for c in counts.values()), counts  # every shape, each often
+    assert sum(counts.values()) == len(styled)  # and no other
+    assert len({normalize_name(n) for n in styled}) == len(styled) and styled == name_bank(300, styled=True)
+    stem = plain[0].split("-")[0]  # a reserved word is no name's stem, in any shape
+    assert not [n for n in name_bank(300, reserved={stem}, styled=True) if n.lower().startswith(stem.lower())]
+
+
+@pytest.mark.parametrize("cheaper", [0.0, 1.0])
+def test_rival_cheaper_sets_which_side_of_the_pick_a_rival_line_is_priced(cheaper):
+    seen = ModelRegistry.from_yaml(UNSEEN).seen()
+    own = canonical_listing(seen)
+    variation = PoolVariation(seen, name_bank(reserved=set(seen.names)), rival_cheaper=cheaper)
+    rng = random.Random(0)
+    for _ in range(40):
+        listing = variation.with_rival(own, rng)
+        (rival,) = [ln for ln in listing.lines if ln.spec.name not in seen.names]
+        picks = [own.choice(d).price_out_per_m for d in rival.topics]
+        assert (rival.spec.price_out_per_m < min(picks)) if cheaper else (rival.spec.price_out_per_m > max(picks))
+    with pytest.raises(ValueError, match="rival_cheaper"):
+        PoolVariation(seen, name_bank(), rival_cheaper=1.5)

@@ -13,7 +13,9 @@
 # FALLBACK=listed (with THINK=1) makes a hop whose reply has no answer ask the cheapest other listed line naming its
 # domain, stating those lines (sim_oracle --fallback listed), and DRILL share of oracle rows show that fallback
 # after a cheaper rival line's miss (--fallback-drill). SEED: the oracle's question draw and noise. BANK: the made-up
-# names the rival lines draw from (--bank-size). EVAL_BATCH: the evaluation's batch (several runs share one GPU).
+# names the rival lines draw from (--bank-size); BANK_STYLES=1 gives them real model names' shapes (--bank-styles);
+# RIVAL_CHEAPER: the share of rival lines that undercut the pick (--rival-cheaper). EVAL_BATCH: the evaluation's
+# batch (several runs share one GPU).
 #   THINK=1 RIVAL=0.8 VARY=0 FALLBACK=listed DRILL=0.1 BANK=1000 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   THINK=1 RIVAL=0.5 VARY=0 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
@@ -29,6 +31,7 @@ RUN=${RUN:-/tmp/gemma_unseen} POOL=configs/pool/sim_unseen.yaml VARY=${VARY:-0.5
 MODEL=${MODEL:-$GGUF} DEVICE=${DEVICE:-cuda} TEST_SIZE=${TEST_SIZE:-300} THINK=${THINK:-0}
 THINK_FLAG=(); [ "$THINK" = 1 ] && THINK_FLAG=(--think-candidates)
 FALLBACK=${FALLBACK:-best} DRILL=${DRILL:-0} SEED=${SEED:-0} BANK=${BANK:-96} EVAL_BATCH=${EVAL_BATCH:-256}
+RIVAL_CHEAPER=${RIVAL_CHEAPER:-0.7} STYLE_FLAG=(); [ "${BANK_STYLES:-0}" = 1 ] && STYLE_FLAG=(--bank-styles)
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$([ "$THINK" = 1 ] && echo 128 || echo 64)}
 export TOKENIZERS_PARALLELISM=false
 (
@@ -36,11 +39,11 @@ export TOKENIZERS_PARALLELISM=false
   start=$(date +%s)
   stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
   stage "oracle rows (vary-pool $VARY, add-rival $RIVAL, think-candidates $THINK, fallback $FALLBACK, drill $DRILL," \
-    "seed $SEED, bank $BANK), test data with and without SciGLM-6B listed"
+    "seed $SEED, bank $BANK ${STYLE_FLAG[*]}, rival-cheaper $RIVAL_CHEAPER), test data with and without SciGLM-6B listed"
   # the oracle's pool holds SciGLM-6B so that no row's made-up names take it; its rows list seen models only
   python3 -m data_process.sim_oracle --out-dir "$RUN/oracle" --n "${N_ORACLE:-2000}" --noise 0.05 --rename 1 \
     --vary-pool "$VARY" --add-rival "$RIVAL" "${THINK_FLAG[@]}" --fallback "$FALLBACK" --fallback-drill "$DRILL" \
-    --seed "$SEED" --bank-size "$BANK" --pool "$POOL" --report
+    --seed "$SEED" --bank-size "$BANK" "${STYLE_FLAG[@]}" --rival-cheaper "$RIVAL_CHEAPER" --pool "$POOL" --report
   python3 -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
   python3 -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
