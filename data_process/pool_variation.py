@@ -9,7 +9,7 @@ with one of their domains only, and rival lines (the same profile under a second
 the same domain. The oracle's choice for a domain is the cheapest listed line that names it: what makes
 a new "SciGLM-6B $0.05: science" line the pick over "Qwen2.5-7B-Instruct $0.30: science, business".
 A listing by heart beats the rule (docs/results/h200/gemma_unseen), so `with_rival` also gives rows the pool's
-own listing plus one made-up line, cheaper than the pick for its domains RIVAL_CHEAPER of the time, else dearer:
+own listing plus one made-up line, cheaper than the pick for its domains `rival_cheaper` of the time, else dearer:
 the familiar listing is then a case of the rule too, and a new line is the pick only when its price says so.
 
 Every line's name resolves, in the row's own registry (Listing.registry), to a spec with its profile's
