@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Several SFT draws of run_gemma_unseen.sh side by side on one H200 (three at a time fit: each SFT takes ~10 GB,
-# each evaluation at EVAL_BATCH=64 well under 40 GB), one per oracle seed, each into DIR/PREFIX<seed>. The recipe
+# Several SFT draws of run_gemma_unseen.sh side by side on one H200 (three at a time ran at EVAL_BATCH=64; at 256
+# one evaluation grew to 130 GB and an SFT beside it ran out of memory), one per oracle seed, into DIR/PREFIX<seed>. The recipe
 # comes from the environment as for run_gemma_unseen.sh (THINK, RIVAL, FALLBACK, DRILL, BANK, ...). The bundle
 # pieces must be in $PIECES already (docs/results/h200/gemma_bundle.sh).
 #   THINK=1 RIVAL=0.8 VARY=0 FALLBACK=listed DRILL=0.1 BANK=1000 \
