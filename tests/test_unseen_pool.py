@@ -47,6 +47,26 @@ def test_the_unseen_model_is_the_best_value_on_science_and_says_so():
     assert f"{NEW} $0.05: science" in compact_pool_text(full).splitlines()
 
 
+def test_the_validation_probe_is_another_new_model_on_another_domain():
+    """sim_probe.yaml: the same six seen models, and GeoMind-3B the best value on geography; no bank name (plain or
+    styled) is it, so no training row names it, and it is not the test's unseen model."""
+    from data_process.pool_variation import name_bank
+    from router_r1.pool.registry import normalize_name
+
+    probe = ModelRegistry.from_yaml(REPO / "configs" / "pool" / "sim_probe.yaml")
+    assert list(probe.seen().models.values()) == list(ModelRegistry.from_yaml(SIM).seen().models.values())
+    assert [m.name for m in probe.models.values() if m.unseen] == ["GeoMind-3B"]
+    truth = SimTruth.from_registry(probe)
+    for q in SimWorld(seed=0).questions(60, seed=3, split="test", two_hop_frac=0.0):
+        facts = truth.facts(q.question)
+        want = "GeoMind-3B" if facts[0].domain == "geography" else SPECIALIST[facts[0].domain]
+        assert truth.pick(facts) == want, q.question
+    assert truth.strong_domains("GeoMind-3B") == ["geography"]
+    assert "GeoMind-3B $0.04: geography" in compact_pool_text(probe).splitlines()
+    banks = {normalize_name(n) for styled in (False, True) for n in name_bank(1000, styled=styled)}
+    assert normalize_name("GeoMind-3B") not in banks and normalize_name(NEW) not in banks
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """The same 30 one-hop test questions twice: prompts listing the seen models, and listing every model."""

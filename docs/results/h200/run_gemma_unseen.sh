@@ -15,7 +15,9 @@
 # after a cheaper rival line's miss (--fallback-drill). SEED: the oracle's question draw and noise. BANK: the made-up
 # names the rival lines draw from (--bank-size); BANK_STYLES=1 gives them real model names' shapes (--bank-styles);
 # RIVAL_CHEAPER: the share of rival lines that undercut the pick (--rival-cheaper). EVAL_BATCH: the evaluation's
-# batch (several runs share one GPU).
+# batch (several runs share one GPU). PROBE=1 adds the validation probe: 300 validation questions with and without
+# GeoMind-3B (configs/pool/sim_probe.yaml: another new model, on geography) offered, paired (paired_probe.json), so
+# a draw can be chosen by its share of geography calls to GeoMind-3B without looking at the test.
 #   THINK=1 RIVAL=0.8 VARY=0 FALLBACK=listed DRILL=0.1 BANK=1000 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   THINK=1 RIVAL=0.5 VARY=0 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
@@ -31,6 +33,7 @@ RUN=${RUN:-/tmp/gemma_unseen} POOL=configs/pool/sim_unseen.yaml VARY=${VARY:-0.5
 MODEL=${MODEL:-$GGUF} DEVICE=${DEVICE:-cuda} TEST_SIZE=${TEST_SIZE:-300} THINK=${THINK:-0}
 THINK_FLAG=(); [ "$THINK" = 1 ] && THINK_FLAG=(--think-candidates)
 FALLBACK=${FALLBACK:-best} DRILL=${DRILL:-0} SEED=${SEED:-0} BANK=${BANK:-96} EVAL_BATCH=${EVAL_BATCH:-256}
+PROBE=${PROBE:-0} PROBE_POOL=configs/pool/sim_probe.yaml
 RIVAL_CHEAPER=${RIVAL_CHEAPER:-0.7} STYLE_FLAG=(); [ "${BANK_STYLES:-0}" = 1 ] && STYLE_FLAG=(--bank-styles)
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$([ "$THINK" = 1 ] && echo 128 || echo 64)}
 export TOKENIZERS_PARALLELISM=false
@@ -63,6 +66,20 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
   ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
     --out "$RUN/eval_unseen"
   python3 scripts/paired_evals.py "$RUN/eval_seen" "$RUN/eval_unseen" --out "$RUN/paired_unseen.json"
+  if [ "$PROBE" = 1 ]; then
+    stage "validation probe: GeoMind-3B offered on $TEST_SIZE validation questions, paired against the seen listing"
+    python3 -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
+sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))' "$PROBE_POOL" > "$RUN/prompt_template_probe.txt"
+    # the same test size as above: validation questions never repeat a test question's facts
+    for d in data_val:"$RUN/oracle/prompt_template.txt" data_probe:"$RUN/prompt_template_probe.txt"; do
+      python3 -m data_process.sim_qa --out-dir "$RUN/${d%%:*}" --prompt-template "${d#*:}" --train-size 10 \
+        --val-size "$TEST_SIZE" --test-size "$TEST_SIZE"
+    done
+    ev --data "$RUN/data_val/val.parquet" --pool "$PROBE_POOL" --out "$RUN/eval_val_seen"
+    ev --data "$RUN/data_probe/val.parquet" --pool "$PROBE_POOL" --include-unseen \
+      --prompt-template "$RUN/prompt_template_probe.txt" --out "$RUN/eval_probe"
+    python3 scripts/paired_evals.py "$RUN/eval_val_seen" "$RUN/eval_probe" --out "$RUN/paired_probe.json"
+  fi
   stage done
 ) > "$RESULTS/run.txt" 2>&1
 echo "rc $?" >> "$RESULTS/run.txt"
