@@ -624,7 +624,7 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
                         "prices), routed to the cheapest listed model naming the domain (data_process/pool_variation.py)")
     p.add_argument("--add-rival", type=float, default=0.0,
                    help="share of rows whose prompt lists the pool's own models plus one made-up model (a rival "
-                        "line, cheaper 70%% of the time), routed to the cheapest listed model naming the domain")
+                        "line, cheaper --rival-cheaper of the time), routed to the cheapest listed model naming the domain")
     p.add_argument("--think-candidates", action="store_true",
                    help="each oracle-mode hop's <think> states the listed models naming its domain with their prices "
                         "before picking the cheapest (slips keep the short think)")
