@@ -3,6 +3,8 @@ offered minus without (paired over the 300 test questions), and who the science 
 
     python docs/results/h200/gemma_unseen/fallback/summarize.py   # writes table.txt, summary.json, fallback.png
 
+"probe": GeoMind-3B's share of the validation geography calls, for runs made with PROBE=1 (else "-").
+
 Each runs/NAME holds one run_gemma_unseen.sh output (eval_seen, eval_unseen, run.txt); ../think is the run before
 --fallback listed, read the same way.
 """
@@ -50,20 +52,25 @@ def main() -> None:
         p, share = got["paired"], got["unseen_b"]["SciGLM-6B"]["science"]
         seen_em = json.loads((where / "eval_seen" / "summary.json").read_text())["runs"][0]["overall"]["em"]
         calls = science_calls(where / "eval_unseen")
+        probe = None  # run_gemma_unseen.sh PROBE=1: GeoMind-3B's share of the validation geography calls
+        if (where / "eval_probe").exists():
+            got_probe = next(iter(compare(where / "eval_val_seen", where / "eval_probe").values()))
+            probe = got_probe["unseen_b"]["GeoMind-3B"]["geography"]["share"]
         rows.append({"run": name, "recipe": recipe, "sciglm_share": share["share"], "science_calls": share["calls"],
+                     "probe_share": probe,
                      "em_seen": seen_em, "em_diff": p["em_diff"], "em_diff_ci95": p["em_diff_ci95"],
                      "cost_diff_1e6": p["cost_diff_1e6"], "cost_diff_1e6_ci95": p["cost_diff_1e6_ci95"],
                      "verdict": p["verdict"], "science_calls_unseen": dict(calls)})
     (HERE / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     head = f"{'run':<6} {'recipe':<42} {'SciGLM share':>12} {'EM seen':>7} {'EM diff [95% CI]':>24} " \
-           f"{'cost diff 1e-6 [95% CI]':>26}  science calls offered SciGLM-6B"
+           f"{'cost diff 1e-6 [95% CI]':>26} {'probe':>5}  science calls offered SciGLM-6B"
     lines = [head, "-" * len(head)]
     for r in rows:
         (el, eh), (cl, ch) = r["em_diff_ci95"], r["cost_diff_1e6_ci95"]
         calls = ", ".join(f"{m} {n}" for m, n in sorted(r["science_calls_unseen"].items(), key=lambda x: -x[1]))
         lines.append(f"{r['run']:<6} {r['recipe']:<42} {r['sciglm_share']:>12.2f} {r['em_seen']:>7.3f} "
-                     f"{r['em_diff']:>+8.3f} [{el:+.3f}, {eh:+.3f}] {r['cost_diff_1e6']:>+8.2f} [{cl:+.2f}, {ch:+.2f}]  "
-                     f"{calls}")
+                     f"{r['em_diff']:>+8.3f} [{el:+.3f}, {eh:+.3f}] {r['cost_diff_1e6']:>+8.2f} [{cl:+.2f}, {ch:+.2f}] "
+                     f"{'-' if r['probe_share'] is None else format(r['probe_share'], '.2f'):>5}  {calls}")
     (HERE / "table.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(rows)
