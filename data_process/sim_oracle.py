@@ -159,13 +159,18 @@ def stated_candidates(listing: Listing, domain: str) -> str:
     return f"{head}: {', '.join(priced_name(ln.spec) for ln in lines)}."
 
 
+def twin_expert(backend: SimBackend, api_id: str, name: str) -> SimExpert:
+    """The simulated model a line named `name` of profile `api_id` answers as: the profile's skills, its own coins."""
+    base = backend.experts[api_id.split("~")[0]]
+    return SimExpert(name, base.profile, base.world)
+
+
 def twin(backend: SimBackend, spec: ModelSpec) -> ModelSpec:
-    """`spec` answered by a model of its own: its profile's skills under its shown name's coins (registered with
-    the backend as api_id "<profile api_id>~<name>"), so two listed lines of one profile need not miss together."""
+    """`spec` answered by a model of its own (`twin_expert`, registered with the backend as api_id
+    "<profile api_id>~<name>"), so two listed lines of one profile need not miss together."""
     api_id = f"{spec.api_id.split('~')[0]}~{spec.name}"
     if api_id not in backend.experts:
-        base = backend.experts[spec.api_id.split("~")[0]]
-        backend.experts[api_id] = SimExpert(spec.name, base.profile, base.world)
+        backend.experts[api_id] = twin_expert(backend, spec.api_id, spec.name)
     return replace(spec, api_id=api_id)
 
 
@@ -346,8 +351,7 @@ def drill_listing(variation: PoolVariation, canonical: Listing, backend: SimBack
     query = last_user_text(submodel_messages(hop.sub_question))  # as the backend reads the oracle's ask
 
     def fails(name: str, spec: ModelSpec) -> bool:
-        expert = backend.experts[spec.api_id]
-        return reply_answer(SimExpert(name, expert.profile, expert.world).reply(query)) is None
+        return reply_answer(twin_expert(backend, spec.api_id, name).reply(query)) is None
     return variation.drill_rival(canonical, rng, hop.domain, fails)
 
 

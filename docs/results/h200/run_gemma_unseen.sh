@@ -37,6 +37,10 @@ PROBE=${PROBE:-0} PROBE_POOL=configs/pool/sim_probe.yaml
 RIVAL_CHEAPER=${RIVAL_CHEAPER:-0.7} STYLE_FLAG=(); [ "${BANK_STYLES:-0}" = 1 ] && STYLE_FLAG=(--bank-styles)
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$([ "$THINK" = 1 ] && echo 128 || echo 64)}
 export TOKENIZERS_PARALLELISM=false
+# the compact template listing every model of a pool yaml, the unseen ones too
+compact_template() { python3 -c 'import sys; from router_r1.embedded import render_compact_template
+from router_r1.pool.registry import ModelRegistry
+sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))' "$1"; }
 (
   set -e
   start=$(date +%s)
@@ -49,8 +53,7 @@ export TOKENIZERS_PARALLELISM=false
     --seed "$SEED" --bank-size "$BANK" "${STYLE_FLAG[@]}" --rival-cheaper "$RIVAL_CHEAPER" --pool "$POOL" --report
   python3 -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
-  python3 -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
-sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))' "$POOL" > "$RUN/prompt_template_unseen.txt"
+  compact_template "$POOL" > "$RUN/prompt_template_unseen.txt"
   python3 -m data_process.sim_qa --out-dir "$RUN/data_unseen" --prompt-template "$RUN/prompt_template_unseen.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
   stage "supervised warm start (pipeline_gemma_s8's settings)"
@@ -68,8 +71,7 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
   python3 scripts/paired_evals.py "$RUN/eval_seen" "$RUN/eval_unseen" --out "$RUN/paired_unseen.json"
   if [ "$PROBE" = 1 ]; then
     stage "validation probe: GeoMind-3B offered on $TEST_SIZE validation questions, paired against the seen listing"
-    python3 -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
-sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))' "$PROBE_POOL" > "$RUN/prompt_template_probe.txt"
+    compact_template "$PROBE_POOL" > "$RUN/prompt_template_probe.txt"
     # the same test size as above: validation questions never repeat a test question's facts
     for d in data_val:"$RUN/oracle/prompt_template.txt" data_probe:"$RUN/prompt_template_probe.txt"; do
       python3 -m data_process.sim_qa --out-dir "$RUN/${d%%:*}" --prompt-template "${d#*:}" --train-size 10 \

@@ -10,7 +10,6 @@ Each runs/NAME holds one run_gemma_unseen.sh output (eval_seen, eval_unseen, run
 """
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import sys
@@ -21,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[4]))
 sys.path.insert(0, str(HERE.parents[4] / "scripts"))
 
-from paired_evals import compare  # noqa: E402
+from paired_evals import compare, load  # noqa: E402
 
 # name -> (directory, shown recipe); the order of the table and the plot
 RUNS = {"think": (HERE.parent / "think", "fallback best, rival 0.5, bank 96, seed 0")}
@@ -34,11 +33,9 @@ MIXTRAL = "Mixtral-8x22B-Instruct"
 
 def science_calls(eval_dir: Path) -> Counter:
     """Calls on science hops by model; a call after a reply without an answer counts as "then <model>"."""
-    path = eval_dir / "trajectories.jsonl.gz"
     calls: Counter = Counter()
-    for line in gzip.decompress(path.read_bytes()).decode().splitlines():
-        turns = json.loads(line)["turns"]
-        for t in turns:
+    for record in (r for records in load(eval_dir)[1].values() for r in records):
+        for t in record["turns"]:
             if t.get("action") == "route" and t.get("domain") == "science":
                 retry = t["generated"].startswith("<think>No answer.")
                 calls[("then " if retry else "") + t["model"]] += 1
