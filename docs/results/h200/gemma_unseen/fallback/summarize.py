@@ -3,13 +3,17 @@ offered minus without (paired over the 300 test questions), and who the science 
 
     python docs/results/h200/gemma_unseen/fallback/summarize.py   # writes table.txt, summary.json, fallback.png
 
-"probe": GeoMind-3B's share of the validation geography calls, for runs made with PROBE=1 (else "-").
+"probe": GeoMind-3B's share of the validation geography calls, for runs made with PROBE=1 (else "-"); "bad names":
+route actions naming no listed model, on the test with SciGLM-6B offered. The last lines choose among the p3s draws by
+their probe share alone (no test question) and count how often the chosen draw meets the target.
 
-Each runs/NAME holds one run_gemma_unseen.sh output (eval_seen, eval_unseen, run.txt); ../think is the run before
---fallback listed, read the same way.
+Each draws/NAME holds one run_gemma_unseen.sh output (eval_seen, eval_unseen, run.txt, ...); ../think is the run before
+--fallback listed, read the same way. The first ten fallback runs (fb, bk, r8s) were kept in a git-ignored runs/
+folder and their trajectories are lost: their rows are carried over from summary.json as they were summarised then.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -28,7 +32,9 @@ RUNS.update({name: (HERE / "runs" / name, recipe) for name, recipe in (
     ("fb0", "rival 0.5, bank 96, seed 0"), ("fb1", "rival 0.5, bank 96, seed 1"),
     ("bk0", "rival 0.5, bank 1000, seed 0"), ("bk1", "rival 0.5, bank 1000, seed 1"),
     *((f"r8s{s}", f"rival 0.8, bank 1000, seed {s}") for s in range(6)))})
-MIXTRAL = "Mixtral-8x22B-Instruct"
+RUNS.update({f"p3s{s}": (HERE / "draws" / f"p3s{s}", f"r8s + styled bank, rival cheaper 0.3, seed {s}")
+             for s in range(9)})
+MET = "EM within noise, cheaper"  # paired_vs's verdict when the EM CI holds 0 and the cost CI lies below it
 
 
 def science_calls(eval_dir: Path) -> Counter:
@@ -42,9 +48,27 @@ def science_calls(eval_dir: Path) -> Counter:
     return calls
 
 
+def bad_names(eval_dir: Path) -> int:
+    """Route actions that named no listed model (e.g. "SiliGLM-6B" for SciGLM-6B)."""
+    return sum(t.get("reason") == "unknown_model" for records in load(eval_dir)[1].values()
+               for r in records for t in r["turns"])
+
+
+def chosen_by_probe(rows: list[dict], k: int) -> tuple[int, int]:
+    """Of all k-subsets of the probed draws, (how many, how many whose highest-probe draw meets the target)."""
+    probed = [r for r in rows if r["probe_share"] is not None]
+    subsets = list(itertools.combinations(probed, k))
+    met = sum(max(sub, key=lambda r: r["probe_share"])["verdict"] == MET for sub in subsets)
+    return len(subsets), met
+
+
 def main() -> None:
+    old = {r["run"]: r for r in json.loads((HERE / "summary.json").read_text())}
     rows = []
     for name, (where, recipe) in RUNS.items():
+        if not where.exists():  # the lost runs/ folder: the row as summarised when the run was made
+            rows.append({"bad_names": None, **old[name]})
+            continue
         got = next(iter(compare(where / "eval_seen", where / "eval_unseen").values()))
         p, share = got["paired"], got["unseen_b"]["SciGLM-6B"]["science"]
         seen_em = json.loads((where / "eval_seen" / "summary.json").read_text())["runs"][0]["overall"]["em"]
@@ -57,17 +81,26 @@ def main() -> None:
                      "probe_share": probe,
                      "em_seen": seen_em, "em_diff": p["em_diff"], "em_diff_ci95": p["em_diff_ci95"],
                      "cost_diff_1e6": p["cost_diff_1e6"], "cost_diff_1e6_ci95": p["cost_diff_1e6_ci95"],
-                     "verdict": p["verdict"], "science_calls_unseen": dict(calls)})
+                     "verdict": p["verdict"], "science_calls_unseen": dict(calls),
+                     "bad_names": bad_names(where / "eval_unseen")})
     (HERE / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     head = f"{'run':<6} {'recipe':<42} {'SciGLM share':>12} {'EM seen':>7} {'EM diff [95% CI]':>24} " \
-           f"{'cost diff 1e-6 [95% CI]':>26} {'probe':>5}  science calls offered SciGLM-6B"
+           f"{'cost diff 1e-6 [95% CI]':>26} {'probe':>5} {'bad names':>9}  science calls offered SciGLM-6B"
     lines = [head, "-" * len(head)]
     for r in rows:
         (el, eh), (cl, ch) = r["em_diff_ci95"], r["cost_diff_1e6_ci95"]
         calls = ", ".join(f"{m} {n}" for m, n in sorted(r["science_calls_unseen"].items(), key=lambda x: -x[1]))
         lines.append(f"{r['run']:<6} {r['recipe']:<42} {r['sciglm_share']:>12.2f} {r['em_seen']:>7.3f} "
                      f"{r['em_diff']:>+8.3f} [{el:+.3f}, {eh:+.3f}] {r['cost_diff_1e6']:>+8.2f} [{cl:+.2f}, {ch:+.2f}] "
-                     f"{'-' if r['probe_share'] is None else format(r['probe_share'], '.2f'):>5}  {calls}")
+                     f"{'-' if r['probe_share'] is None else format(r['probe_share'], '.2f'):>5} "
+                     f"{'-' if r['bad_names'] is None else r['bad_names']:>9}  {calls}")
+    probed = [r for r in rows if r["probe_share"] is not None]
+    lines.append("")
+    lines.append(f"target met (verdict '{MET}'): {sum(r['verdict'] == MET for r in probed)} of {len(probed)} "
+                 f"probed draws; keeping the highest probe share of k draws (every k-subset of them):")
+    for k in (1, 2, 3):
+        n, met = chosen_by_probe(rows, k)
+        lines.append(f"  k={k}: target met in {met} of {n} ({met / n:.2f})")
     (HERE / "table.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(rows)
@@ -78,7 +111,7 @@ def plot(rows: list[dict]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.2))
+    fig, ax = plt.subplots(figsize=(12, 4.4))
     for i, r in enumerate(rows):
         lo, hi = r["cost_diff_1e6_ci95"]
         colour = plt.cm.viridis(r["sciglm_share"])
@@ -87,8 +120,9 @@ def plot(rows: list[dict]) -> None:
         ax.annotate(f"{r['sciglm_share']:.2f}", (i, hi), textcoords="offset points", xytext=(0, 5), ha="center",
                     fontsize=8)
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xticks(range(len(rows)), [re.sub(r"^r8", "r8\n", r["run"]) for r in rows], fontsize=8)
-    ax.set_xlabel("run (think: before --fallback listed; fb: rival 0.5, bank 96; bk: bank 1000; r8: rival 0.8, bank 1000)")
+    ax.set_xticks(range(len(rows)), [re.sub(r"^(r8|p3)", r"\1\n", r["run"]) for r in rows], fontsize=8)
+    ax.set_xlabel("run (think: before --fallback listed; fb: rival 0.5, bank 96; bk: bank 1000; r8: rival 0.8, "
+                  "bank 1000; p3: r8 + styled bank names, rival cheaper 0.3)")
     ax.set_ylabel("cost with SciGLM-6B offered minus without\n(1e-6 USD per question, 95% CI; below 0: cheaper)")
     ax.set_title("Gemma 3 270M SFT, 300 test questions: the unseen model's effect per SFT draw\n"
                  "(number above a bar: SciGLM-6B's share of the science calls)", fontsize=10)
