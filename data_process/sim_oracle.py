@@ -30,7 +30,9 @@ prompt (as restating the cost weight made the alpha take: docs/results/h200/gemm
 think states those lines), not of the most reliable model, and each made-up line is a model of its own (a twin of
 its profile: the same skills, its own coins); `fallback_drill` gives a share of rows a cheaper rival line that has
 no answer for the first hop, so that fallback is shown often enough to be learned
-(docs/results/h200/gemma_unseen/fallback).
+(docs/results/h200/gemma_unseen/fallback). With `misname_drill` a share of rows first route under a misspelt name
+("SiliGLM-6B" for SciGLM-6B, the slip the 270M router makes on a new name), get the hint the environment gives with
+env.invalid_hint, and route again under the listed name; the slip is kept as context but not learnt (loss false).
 
 Writes OUT/oracle.parquet (prompt, response_text, segments, answers, ...), the prompt
 template it used (OUT/prompt_template.txt: give it to sim_qa so RL sees the same
@@ -58,7 +60,7 @@ from router_r1.pool.sim_backend import SimBackend, SimExpert, last_user_text
 from router_r1.pool.sim_world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, SimQuestion, SimWorld
 from router_r1.embedded import COMPACT_TEMPLATE, priced_name, world_words
 from router_r1.prompts import TemplateError, build_router_prompt, fill_template, load_template, submodel_messages
-from router_r1.actions import format_observation, render_route
+from router_r1.actions import Action, format_observation, invalid_observation, render_route
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score
 
@@ -133,6 +135,11 @@ class OracleConfig:
     # whose reply to that hop has no answer (fallback "listed"): the fallback to the next listed line, about one
     # row in 200 otherwise, shown often enough to be learned; the rows' questions are those drawn without it
     fallback_drill: float = 0.0
+    # Share of oracle-mode rows (with think_candidates, fewer than max_routes routes) whose first route misspells the
+    # name its think picked, one letter changed, dropped, doubled or swapped (never another model's name), followed by
+    # the invalid-action hint (env.invalid_hint: the pool's names) and the same route under the listed name. The slip
+    # turn is context (loss false), so only the recovery is learnt; evaluate such a router with --invalid-hint.
+    misname_drill: float = 0.0
 
 
 @dataclass
@@ -343,6 +350,52 @@ class Renamer:
             apply_names(names, answer)
 
 
+def misspell(name: str, registry: ModelRegistry, rng: random.Random) -> str:
+    """`name` with one letter of its first word changed, dropped, doubled or swapped with the next, so that it
+    resolves to no model of `registry` (its names compare without case, spaces and hyphens)."""
+    stem = re.match(r"[A-Za-z]+", name)
+    letters = stem.end() if stem else 0
+    if letters < 2:
+        raise ValueError(f"misspell: {name!r} does not start with two letters")
+    for _ in range(100):
+        i, edit = rng.randrange(letters), rng.choice(("change", "drop", "double", "swap"))
+        c = name[i]
+        if edit == "change":
+            other = rng.choice([x for x in "aeioulnrstmk" if x != c.lower()])
+            wrong = name[:i] + (other.upper() if c.isupper() else other) + name[i + 1:]
+        elif edit == "drop":
+            wrong = name[:i] + name[i + 1:]
+        elif edit == "double":
+            wrong = name[:i + 1] + name[i:]
+        else:
+            j = min(i + 1, letters - 1) if i + 1 < letters else i - 1
+            a, b = sorted((i, j))
+            wrong = name[:a] + name[b] + name[a] + name[b + 1:]
+        if registry.resolve(wrong) is None:
+            return wrong
+    raise ValueError(f"misspell: every edit of {name!r} names a model of {registry.source}")
+
+
+def misname_first_route(traj: Trajectory, registry: ModelRegistry, rng: random.Random) -> str | None:
+    """--misname-drill: the first route turn becomes a misspelt route (kept as context, loss false), the
+    environment's invalid-action hint, and the route again under the listed name. Returns the misspelt name, or
+    None if the trajectory does not open with a route."""
+    first = traj.segments[0]["text"] if traj.segments else ""
+    if not traj.routes or "</think><search>" not in first:
+        return None
+    name, query = traj.routes[0]
+    wrong = misspell(name, registry, rng)
+    think = first[: first.index("</think>") + len("</think>")]
+    hint = invalid_observation(Action("invalid", model=wrong, query=query, reason="unknown_model"), hint=True,
+                               names=registry.names)
+    traj.segments[:1] = [
+        {"text": think + render_route(wrong, query), "by_policy": True, "loss": False},
+        {"text": hint, "by_policy": False},
+        {"text": f"<think>{wrong} is not listed. Ask {name}.</think>{render_route(name, query)}", "by_policy": True},
+    ]
+    return wrong
+
+
 def drill_listing(variation: PoolVariation, canonical: Listing, backend: SimBackend, q: SimQuestion,
                   rng: random.Random) -> Listing | None:
     """The pool's own listing plus a cheaper rival line for `q`'s first hop domain whose twin has no answer to that
@@ -434,6 +487,9 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     if not 0.0 <= cfg.fallback_drill <= 1.0 or (cfg.fallback_drill > 0 and cfg.fallback != "listed"):
         raise ValueError(f"--fallback-drill must be in [0, 1], and > 0 only with --fallback listed, got "
                          f"{cfg.fallback_drill} (--fallback {cfg.fallback})")
+    if not 0.0 <= cfg.misname_drill <= 1.0 or (cfg.misname_drill > 0 and not cfg.think_candidates):
+        raise ValueError(f"--misname-drill must be in [0, 1], and > 0 only with --think-candidates (the think names "
+                         f"the pick the slip misspells), got {cfg.misname_drill}")
     for flag, share in (("--vary-pool", cfg.vary_pool), ("--add-rival", cfg.add_rival)):
         if share > 0 and cfg.prompt_template:
             raise ValueError(f"{flag} lists each row's own pool in the compact template: drop --prompt-template")
@@ -456,6 +512,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
     variation = varied_pools(cfg, registry, world) if cfg.vary_pool + cfg.add_rival + cfg.fallback_drill > 0 else None
     vary_rng = random.Random(f"vary-pool-{cfg.seed}")  # its own stream: questions and noise as without
     drill_rng = random.Random(f"fallback-drill-{cfg.seed}")  # and the drill's
+    misname_rng = random.Random(f"misname-drill-{cfg.seed}")
     compact = load_template(COMPACT_TEMPLATE)
     rows, counts = [], {}
     for q in questions:
@@ -482,6 +539,10 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
         ok, why = check_format(traj.text, row_registry)
         if not ok:  # a bug in the oracle, never in the data
             raise DataBuildError(f"oracle trajectory for {q.uid} breaks the format ({why}): {traj.text!r}")
+        misnamed = None
+        if cfg.misname_drill > 0 and misname_rng.random() < cfg.misname_drill and mode == "oracle" \
+                and len(traj.routes) < cfg.max_routes:  # the slip takes a turn: room for it under max_routes
+            misnamed = misname_first_route(traj, row_registry, misname_rng)
         renamed, question, segments, answers, answer = renamer(q.question, traj.segments, list(q.answers), traj.answer)
         prompt = prompter(question) if listing is None else \
             build_router_prompt(question, row_registry, fill_template(compact, pool=listing.text))
@@ -492,7 +553,7 @@ def build_rows(cfg: OracleConfig, template_path: str | Path) -> tuple[list[dict]
             "question": question, "domain": q.domain,
             "mode": "confused" if traj.confused else DRILL if drilled else mode,
             "routes": len(traj.routes), "renamed": renamed,
-            "route_models": [m for m, _ in traj.routes], "cost_usd": traj.cost_usd,
+            "route_models": [m for m, _ in traj.routes], "cost_usd": traj.cost_usd, "misnamed": misnamed or "",
             "em": em_score(answer, answers),
             # a varied row's pool lines, and the pool model answering each route ("" / [] for the pool's own)
             "listing": listing.text if listing else "",
@@ -647,6 +708,10 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
     p.add_argument("--fallback-drill", type=float, default=0.0,
                    help="share of oracle-mode rows given a cheaper rival line for the first hop's domain that has no "
                         "answer to it, so the listed fallback is shown often (needs --fallback listed)")
+    p.add_argument("--misname-drill", type=float, default=0.0,
+                   help="share of oracle-mode rows whose first route misspells its pick's name, then reads the "
+                        "invalid-action hint and routes again under the listed name; the slip is not learnt "
+                        "(needs --think-candidates; evaluate with --invalid-hint)")
     p.add_argument("--freeze-names", action="store_true",
                    help="write the names' token ids into model.json as frozen_token_ids (their embedding rows stay "
                         "at their random start: a copy circuit that generalises to names training never showed)")

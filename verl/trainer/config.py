@@ -37,7 +37,7 @@ class DataConfig:
     seed: int = 42  # fixes the data order; a resumed run sees the same order
     train_limit: Optional[int] = None  # use only the first N training rows (debugging)
     val_limit: Optional[int] = None  # use only the first N validation rows
-    sft_files: list[str] = field(default_factory=list)  # trainer.mode=sft: parquet or JSONL files of rows with `prompt` (chat messages) and `segments` ([{text, by_policy}]); steps draw data.train_batch_size rows in length buckets
+    sft_files: list[str] = field(default_factory=list)  # trainer.mode=sft: parquet or JSONL files of rows with `prompt` (chat messages) and `segments` ([{text, by_policy, loss?}]: loss false keeps a policy slip as context, unlearnt); steps draw data.train_batch_size rows in length buckets
     sft_max_length: int = 1024  # trainer.mode=sft: longest prompt + segments in tokens; a longer row is an error naming it
     prompt_template: Optional[str] = None  # the template file the data's prompts were built with (data_process --prompt-template): copied as prompt_template.txt beside run_config.yaml into every checkpoint and the HF export, where evaluation, infer.py and the server build their prompts from it; null: the default template
 

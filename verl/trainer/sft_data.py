@@ -4,7 +4,8 @@ then cut into length-bucketed batches (the data side of `trainer.mode=sft`).
 A row (parquet or JSONL) holds `prompt` (chat messages) and `segments` ([{text, by_policy}]). It is
 tokenized as the rollout builds a trajectory: the chat-templated prompt, then every segment
 tokenized on its own and the ids concatenated (the rollout tokenizes each generated turn and each
-observation separately). `mask` marks the tokens the policy wrote: the loss tokens.
+observation separately). `mask` marks the loss tokens: those the policy wrote, less any policy segment
+with `loss: false` (a slip kept as context so that the recovery after it can be learnt, not the slip).
 """
 from __future__ import annotations
 
@@ -68,11 +69,20 @@ def check_row(row: dict, where: str) -> None:
             isinstance(s, dict) and isinstance(s.get("text"), str) and isinstance(s.get("by_policy"), bool)
             for s in segs):
         raise SFTDataError(f"{where}: field 'segments' must be a non-empty list of {{text: str, by_policy: bool}}")
-    if not any(s["by_policy"] and s["text"] for s in segs):
+    for k, s in enumerate(segs):
+        if s.get("loss") is not None and (not isinstance(s["loss"], bool) or (s["loss"] and not s["by_policy"])):
+            raise SFTDataError(f"{where}: field 'segments[{k}].loss' must be a bool, true only on policy text; "
+                               f"got {s['loss']!r} (by_policy {s['by_policy']})")
+    if not any(learnt(s) and s["text"] for s in segs):
         raise SFTDataError(f"{where}: field 'segments' has no policy text to learn from")
     text = row.get("response_text")
     if text is not None and text != "".join(s["text"] for s in segs):
         raise SFTDataError(f"{where}: field 'response_text' is not the concatenation of 'segments'")
+
+
+def learnt(segment: dict) -> bool:
+    """Whether a segment's tokens are loss tokens: policy text, unless marked `loss: false`."""
+    return segment["by_policy"] if segment.get("loss") is None else bool(segment["loss"])
 
 
 def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
@@ -82,13 +92,13 @@ def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
 
 
 def tokenize_example(tokenizer, messages: list[dict], segments: list[dict]) -> Example:
-    """Prompt ids (mask 0) + each segment tokenized alone (mask 1 for policy segments)."""
+    """Prompt ids (mask 0) + each segment tokenized alone (mask 1 for the learnt segments: `learnt`)."""
     ids = prompt_ids(tokenizer, messages)
     mask = [0] * len(ids)
     for seg in segments:
         seg_ids = tokenizer(seg["text"], add_special_tokens=False)["input_ids"]
         ids += seg_ids
-        mask += [int(seg["by_policy"])] * len(seg_ids)
+        mask += [int(learnt(seg))] * len(seg_ids)
     return Example(ids, mask)
 
 

@@ -17,7 +17,9 @@
 # RIVAL_CHEAPER: the share of rival lines that undercut the pick (--rival-cheaper). EVAL_BATCH: the evaluation's
 # batch (several runs share one GPU). PROBE=1 adds the validation probe: 300 validation questions with and without
 # GeoMind-3B (configs/pool/sim_probe.yaml: another new model, on geography) offered, paired (paired_probe.json), so
-# a draw can be chosen by its share of geography calls to GeoMind-3B without looking at the test.
+# a draw can be chosen by its share of geography calls to GeoMind-3B without looking at the test. MISNAME: the share
+# of oracle rows whose first route misspells its pick, reads the invalid-action hint and routes again
+# (--misname-drill); with it every evaluation runs with --invalid-hint, both sides of each pair alike.
 #   THINK=1 RIVAL=0.8 VARY=0 FALLBACK=listed DRILL=0.1 BANK=1000 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   THINK=1 RIVAL=0.5 VARY=0 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
@@ -35,6 +37,7 @@ THINK_FLAG=(); [ "$THINK" = 1 ] && THINK_FLAG=(--think-candidates)
 FALLBACK=${FALLBACK:-best} DRILL=${DRILL:-0} SEED=${SEED:-0} BANK=${BANK:-96} EVAL_BATCH=${EVAL_BATCH:-256}
 PROBE=${PROBE:-0} PROBE_POOL=configs/pool/sim_probe.yaml
 RIVAL_CHEAPER=${RIVAL_CHEAPER:-0.7} STYLE_FLAG=(); [ "${BANK_STYLES:-0}" = 1 ] && STYLE_FLAG=(--bank-styles)
+MISNAME=${MISNAME:-0} HINT_FLAG=(); [ "$MISNAME" != 0 ] && HINT_FLAG=(--invalid-hint)
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$([ "$THINK" = 1 ] && echo 128 || echo 64)}
 export TOKENIZERS_PARALLELISM=false
 # the compact template listing every model of a pool yaml, the unseen ones too
@@ -46,11 +49,12 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
   start=$(date +%s)
   stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
   stage "oracle rows (vary-pool $VARY, add-rival $RIVAL, think-candidates $THINK, fallback $FALLBACK, drill $DRILL," \
-    "seed $SEED, bank $BANK ${STYLE_FLAG[*]}, rival-cheaper $RIVAL_CHEAPER), test data with and without SciGLM-6B listed"
+    "seed $SEED, bank $BANK ${STYLE_FLAG[*]}, rival-cheaper $RIVAL_CHEAPER, misname-drill $MISNAME), test data with and" \
+    "without SciGLM-6B listed"
   # the oracle's pool holds SciGLM-6B so that no row's made-up names take it; its rows list seen models only
   python3 -m data_process.sim_oracle --out-dir "$RUN/oracle" --n "${N_ORACLE:-2000}" --noise 0.05 --rename 1 \
     --vary-pool "$VARY" --add-rival "$RIVAL" "${THINK_FLAG[@]}" --fallback "$FALLBACK" --fallback-drill "$DRILL" \
-    --seed "$SEED" --bank-size "$BANK" "${STYLE_FLAG[@]}" --rival-cheaper "$RIVAL_CHEAPER" --pool "$POOL" --report
+    --seed "$SEED" --bank-size "$BANK" "${STYLE_FLAG[@]}" --rival-cheaper "$RIVAL_CHEAPER" --misname-drill "$MISNAME" --pool "$POOL" --report
   python3 -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
   compact_template "$POOL" > "$RUN/prompt_template_unseen.txt"
@@ -64,7 +68,7 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
   # turns and lengths: the PPO runs' of pipeline_gemma_s8 (an SFT checkpoint's run config has none of its own)
   ev() { python3 -m router_r1.eval.evaluate --pool "$POOL" --sim --greedy --alpha 0 --device "$DEVICE" --rollout hf_static \
     --batch-size "$EVAL_BATCH" --max-turns 3 --max-obs-length 128 --response-length "$RESPONSE_LENGTH" --max-response-length 512 \
-    --checkpoint "$RUN/sft" "$@"; }
+    --checkpoint "$RUN/sft" "${HINT_FLAG[@]}" "$@"; }
   ev --data "$RUN/data/test.parquet" --out "$RUN/eval_seen"
   ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
     --out "$RUN/eval_unseen"
