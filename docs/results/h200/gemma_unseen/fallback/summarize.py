@@ -119,13 +119,17 @@ def plot(rows: list[dict]) -> None:
                     color=colour, ecolor=colour, capsize=4, markersize=8)
         ax.annotate(f"{r['sciglm_share']:.2f}", (i, hi), textcoords="offset points", xytext=(0, 5), ha="center",
                     fontsize=8)
+        if r["em_diff_ci95"][1] < 0:  # cheaper is no gain where the answers are lost
+            ax.annotate(f"EM {r['em_diff']:+.2f}", (i, lo), textcoords="offset points", xytext=(0, -12),
+                        ha="center", fontsize=8, color="red")
     ax.axhline(0, color="grey", lw=0.8)
+    ax.set_ylim(bottom=min(r["cost_diff_1e6_ci95"][0] for r in rows) - 0.4)  # room for the red EM labels
     ax.set_xticks(range(len(rows)), [re.sub(r"^(r8|p3)", r"\1\n", r["run"]) for r in rows], fontsize=8)
     ax.set_xlabel("run (think: before --fallback listed; fb: rival 0.5, bank 96; bk: bank 1000; r8: rival 0.8, "
                   "bank 1000; p3: r8 + styled bank names, rival cheaper 0.3)")
     ax.set_ylabel("cost with SciGLM-6B offered minus without\n(1e-6 USD per question, 95% CI; below 0: cheaper)")
     ax.set_title("Gemma 3 270M SFT, 300 test questions: the unseen model's effect per SFT draw\n"
-                 "(number above a bar: SciGLM-6B's share of the science calls)", fontsize=10)
+                 "(number above a bar: SciGLM-6B's share of the science calls; red: EM lower with it offered, 95% CI)", fontsize=10)
     fig.tight_layout()
     fig.savefig(HERE / "fallback.png", dpi=130)
 
