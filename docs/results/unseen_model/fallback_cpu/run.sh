@@ -5,16 +5,19 @@
 # without SciGLM-6B offered, paired. SciGLM-6B's name token gets a row drawn like the routed names'
 # (scripts/new_model_names.py) before it is offered.
 #   bash docs/results/unseen_model/fallback_cpu/run.sh [RUN]      # RUN default outputs/unseen/fallback_cpu
-# N, EPOCHS, RIVAL, BANK override the rows, epochs, rival share and name bank.
+# N, EPOCHS, RIVAL, BANK override the rows, epochs, rival share and name bank; RIVAL_CHEAPER the share of rival lines
+# that undercut the pick (--rival-cheaper), BANK_STYLES=1 gives the bank real model names' shapes (--bank-styles).
 set -euo pipefail
 RUN=${1:-outputs/unseen/fallback_cpu} POOL=configs/pool/sim_unseen.yaml
-N=${N:-3000} EPOCHS=${EPOCHS:-5} RIVAL=${RIVAL:-0.8} BANK=${BANK:-1000}
+N=${N:-3000} EPOCHS=${EPOCHS:-5} RIVAL=${RIVAL:-0.8} BANK=${BANK:-1000} RIVAL_CHEAPER=${RIVAL_CHEAPER:-0.7}
+STYLE_FLAG=(); [ "${BANK_STYLES:-0}" = 1 ] && STYLE_FLAG=(--bank-styles)
 start=$(date +%s)
 stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
-stage "oracle rows ($N, add-rival $RIVAL, bank $BANK, think-candidates, fallback listed, drill 0.1)"
+stage "oracle rows ($N, add-rival $RIVAL, bank $BANK ${STYLE_FLAG[*]}, rival-cheaper $RIVAL_CHEAPER, think-candidates," \
+  "fallback listed, drill 0.1)"
 python -m data_process.sim_oracle --out-dir "$RUN/oracle" --pool "$POOL" --n "$N" --noise 0.05 --rename 1 \
   --whole-names --add-rival "$RIVAL" --bank-size "$BANK" --think-candidates --fallback listed --fallback-drill 0.1 \
-  --report
+  --rival-cheaper "$RIVAL_CHEAPER" "${STYLE_FLAG[@]}" --report
 python -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
   --train-size 10 --val-size 10 --test-size 300
 python -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
