@@ -368,8 +368,8 @@ def misspell(name: str, registry: ModelRegistry, rng: random.Random) -> str:
         elif edit == "double":
             wrong = name[:i + 1] + name[i:]
         else:
-            j = min(i + 1, letters - 1) if i + 1 < letters else i - 1
-            a, b = sorted((i, j))
+            a = min(i, letters - 2)  # the letter and the next; the last letter swaps with the one before
+            b = a + 1
             wrong = name[:a] + name[b] + name[a] + name[b + 1:]
         if registry.resolve(wrong) is None:
             return wrong
