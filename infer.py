@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                        include_unseen=a.include_unseen, cache_dir=a.cache_dir, call_timeout_s=env.call_timeout_s,
                        call_deadline_s=env.call_deadline_s, max_concurrency=env.max_concurrency) as pool:
             quiet_transformers()
-            policy = load_policy(a.checkpoint, a.device, a.prompt_template)
+            policy = load_policy(a.checkpoint, a.device, a.prompt_template, constrain_names=env.constrain_names)
             rcfg = episode_config(env, budget=a.budget, budget_mode=a.budget_mode)
             record = run_question(a.question, policy, pool, rcfg, a.sampling(), a.gold, a.budget, alpha)
             record.update(checkpoint=a.checkpoint, pool=pool.where)

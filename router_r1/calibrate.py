@@ -133,7 +133,7 @@ def calibrate(a: CalibrateConfig, log=print) -> dict:
                    call_timeout_s=env.call_timeout_s, call_deadline_s=env.call_deadline_s,
                    max_concurrency=env.max_concurrency) as pool:
         quiet_transformers()
-        policy = load_policy(ckpt, a.device, max_batch_size=a.batch_size)
+        policy = load_policy(ckpt, a.device, max_batch_size=a.batch_size, constrain_names=env.constrain_names)
         rcfg = episode_config(env, schedule="sync")
         points = []
         for alpha in sorted(set(a.alphas)):

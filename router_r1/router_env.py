@@ -43,6 +43,7 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.sim_truth import SimTruth
 from router_r1.prompts import build_router_prompt, load_template
 from router_r1.actions import STOP_STRINGS
+from router_r1.name_constraint import RouteNameConstraint
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.format import FORMAT_RULES
 from router_r1.reward.score import RewardConfig, compute_scores
@@ -84,12 +85,24 @@ class RouterEnv:
         self.truth = truth  # the simulated world, for the expert and two-hop stages (None: world-free stages)
         self.rules = TurnRules(tokenizer, registry, cfg.max_turns, cfg.max_obs_length,
                                cfg.max_response_length, cfg.invalid_hint, cfg.budget_mode)
+        self._names: RouteNameConstraint | None = None  # env.constrain_names' constraint, built on first use
         # Separate windows: validation must not shift the training reward (a reference defect).
         self.normalizers = {"train": CostNormalizer(), "val": CostNormalizer()}
 
     # ------------------------------------------------------------------ episodes
-    def turn_sampling(self, sampling: SamplingParams) -> SamplingParams:
-        return replace(sampling, stop=tuple(STOP_STRINGS), max_new_tokens=self.cfg.response_length)
+    def turn_sampling(self, sampling: SamplingParams, validate: bool = True) -> SamplingParams:
+        """A turn's sampling: up to the first action's closing tag, at most response_length tokens (and the route
+        names held to the pool's under env.constrain_names, which training rollouts refuse)."""
+        constraint = sampling.constraint
+        if self.cfg.constrain_names and not validate:
+            raise ValueError("env.constrain_names decodes route names outside the policy's own distribution: "
+                             "for evaluation and serving only, not training rollouts")
+        if self.cfg.constrain_names and constraint is None:
+            if self._names is None:
+                self._names = RouteNameConstraint(self.rules.tok, self.rules.registry.names)
+            constraint = self._names
+        return replace(sampling, stop=tuple(STOP_STRINGS), max_new_tokens=self.cfg.response_length,
+                       constraint=constraint)
 
     def budget_of(self, uid: str, sampling: SamplingParams, validate: bool) -> int | None:
         """T_max of one prompt: a pure function of (budget_seed, uid, sampling seed), None without budgets.
@@ -160,7 +173,7 @@ class RouterEnv:
                              f"{type(generate).__name__} only has generate_one (use schedule=continuous)")
         episodes = self.episodes_for(rows, sampling, validate)
         alphas = [self.alpha_of(r.uid, sampling, validate) for r in rows]
-        sampling = self.turn_sampling(sampling)
+        sampling = self.turn_sampling(sampling, validate)
         track = LogprobTrack(episodes) if sampling.return_logprobs else None
         if self.cfg.schedule == "sync":
             self._run_sync(episodes, generate, sampling, track)
@@ -174,7 +187,7 @@ class RouterEnv:
         (`rollout` runs it; streaming rollouts await it per prompt group on `submit`'s loop)."""
         episodes = self.episodes_for(rows, sampling, validate)
         alphas = [self.alpha_of(r.uid, sampling, validate) for r in rows]
-        sampling = self.turn_sampling(sampling)
+        sampling = self.turn_sampling(sampling, validate)
         track = LogprobTrack(episodes) if sampling.return_logprobs else None
         await self._run_continuous(episodes, engine, sampling, track)
         return self._result(episodes, track, alphas)
@@ -371,6 +384,7 @@ class RouterEnvConfig:
     overlap_min_ready: float = 0.5  # overlap schedule: generate once this share of unfinished episodes is ready...
     overlap_max_wait_s: float = 0.5  # ...or the oldest ready one has waited this long
     invalid_hint: bool = False  # append a corrective hint after an invalid action (else nothing)
+    constrain_names: bool = False  # decode a route's model name as one of the pool's (router_r1/name_constraint.py; the hf engine): evaluation and serving only, it leaves the policy's distribution
     cache_dir: Optional[str] = None  # pool reply cache: re-runs are free and repeatable
     max_concurrency: int = 32  # pool calls in flight per endpoint
     call_timeout_s: float = 30.0  # seconds per pool call attempt

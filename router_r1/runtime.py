@@ -63,6 +63,7 @@ class EnvOverrides:
     call_timeout_s: Optional[float] = None  # seconds per pool call attempt (default: the run's)
     call_deadline_s: Optional[float] = None  # seconds per pool call with all its retries (default: the run's)
     max_concurrency: Optional[int] = None  # pool calls in flight per endpoint; more wait in the client (default: the run's)
+    constrain_names: Optional[bool] = None  # decode each route's model name as one of the pool's (needs --rollout hf; not the run's sampling: it leaves the policy's distribution) (default: the run's)
     invalid_hint: Optional[bool] = None  # after an invalid action, a corrective hint naming the pool's models, as sim_oracle --misname-drill rows show it (default: the run's)
 
     def overrides(self) -> dict:
@@ -235,10 +236,12 @@ ROLLOUTS = ("auto", "hf", "hf_static")
 
 
 def load_policy(checkpoint: str | Path, device: str | None = None, template_file: str | None = None,
-                rollout: str = "auto", max_batch_size: int = 64) -> Policy:
+                rollout: str = "auto", max_batch_size: int = 64, constrain_names: bool = False) -> Policy:
     """An HF model dir (config, weights, tokenizer) behind a transformers rollout backend: `auto` takes
     hf_static (static cache, CUDA graphs; what the GPU pipeline trains with) on CUDA where the model
-    type allows, else the plain hf loop."""
+    type allows, else the plain hf loop; with constrain_names always the hf loop, the one engine that applies it."""
+    if constrain_names and rollout not in ("auto", "hf"):
+        raise EvalError(f"--constrain-names is applied by the hf engine only, not --rollout {rollout}")
     if rollout not in ROLLOUTS:
         raise EvalError(f"--rollout must be one of {ROLLOUTS}, got {rollout!r}")
     path = check_checkpoint(checkpoint)
@@ -255,6 +258,8 @@ def load_policy(checkpoint: str | Path, device: str | None = None, template_file
     except (OSError, ValueError) as e:
         raise EvalError(f"{path}: cannot load the checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from e
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if rollout == "auto" and constrain_names:
+        rollout = "hf"
     if rollout == "auto":
         on_gpu = torch.device(device).type == "cuda"
         rollout = "hf_static" if on_gpu and model.config.model_type in SUPPORTED_TYPES else "hf"

@@ -338,7 +338,7 @@ def serving(a: ServeConfig) -> Iterator[RouterService]:
                    call_timeout_s=env.call_timeout_s, call_deadline_s=env.call_deadline_s,
                    max_concurrency=env.max_concurrency) as pool:
         quiet_transformers()
-        policy = load_policy(ckpt, a.device, a.prompt_template, a.rollout, a.max_batch)
+        policy = load_policy(ckpt, a.device, a.prompt_template, a.rollout, a.max_batch, env.constrain_names)
         service = build_service(policy, pool, settings, a.model_name, a.max_batch)
         log.info("serving %s as %s; settings from %s: max_turns=%d max_obs_length=%d response_length=%d "
                  "max_response_length=%d, alphas %s; pool %s", ckpt, service.model_ids(), settings.source,

@@ -490,10 +490,11 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
         raise EvalError(f"--budget must be >= 0, got {cfg.budget}")
     if cfg.budget_mode not in ("end", "forced"):
         raise EvalError(f"--budget-mode must be end|forced, got {cfg.budget_mode!r}")
-    load = load or (lambda c: load_policy(c, cfg.device, cfg.prompt_template, cfg.rollout, cfg.batch_size))
     files = find_data_files(cfg.data)
     rows = load_rows(files, cfg.limit)
     cfg = with_training_shape(cfg, log)
+    load = load or (lambda c: load_policy(c, cfg.device, cfg.prompt_template, cfg.rollout, cfg.batch_size,
+                                          cfg.constrain_names))
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     out_dir = Path(cfg.out or Path("outputs") / "eval" / time.strftime("%Y%m%d-%H%M%S"))
     if not 0.0 <= cfg.max_pool_failure_rate <= 1.0:
@@ -609,7 +610,8 @@ def main(argv: list[str] | None = None) -> int:
         for c in cfg.checkpoints:  # before any model import or pool start
             check_checkpoint(c)
         evaluate(cfg, load=lambda c: quiet_transformers() or load_policy(c, cfg.device, cfg.prompt_template,
-                                                                          cfg.rollout, cfg.batch_size))
+                                                                          cfg.rollout, cfg.batch_size,
+                                                                          bool(cfg.constrain_names)))
     except USER_ERRORS as e:
         print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
         return 2

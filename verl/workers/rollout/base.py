@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Protocol, runtime_checkable
+from typing import Callable, Iterator, Mapping, Optional, Protocol, runtime_checkable
 
 import torch
 
@@ -33,6 +33,10 @@ class SamplingParams:
     stop: tuple[str, ...] = ()      # stop strings; the output includes the stop string
     seed: int | None = None
     return_logprobs: bool = False   # each sampled token's log-prob at `logprob_temperature`
+    # Per row, the token ids that may come next (`allowed(generated ids) -> ids | None`, None: any); the hf
+    # engine applies it (e.g. router_r1.name_constraint). Sampling then leaves the policy's own distribution:
+    # evaluation and serving only, never with log-probs.
+    constraint: Optional["TokenConstraint"] = None
 
     def __post_init__(self):
         if isinstance(self.stop, str):  # a bare string would be read as a tuple of characters
@@ -64,6 +68,21 @@ class SamplingParams:
         for s in self.stop:
             if not isinstance(s, str) or not s:
                 raise ValueError(f"SamplingParams.stop must hold non-empty strings, got {s!r}")
+        if self.constraint is not None and self.return_logprobs:
+            raise ValueError("SamplingParams.constraint changes the distribution tokens are sampled from, so their "
+                             "log-probs are not the policy's: constrained decoding is for evaluation and serving")
+
+
+@runtime_checkable
+class TokenConstraint(Protocol):
+    def allowed(self, generated: list[int]) -> list[int] | None: ...
+
+
+def refuse_constraint(sampling: "SamplingParams", engine: str) -> None:
+    """Raise for an engine that cannot apply SamplingParams.constraint (its steps never stop in Python)."""
+    if sampling.constraint is not None:
+        raise ValueError(f"SamplingParams.constraint (constrained decoding, e.g. env.constrain_names) is applied by "
+                         f"the hf engine only, not {engine}: use --rollout hf")
 
 
 @dataclass

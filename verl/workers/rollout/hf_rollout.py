@@ -36,6 +36,18 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
+def constrain(logits: torch.Tensor, tokens: list[list[int]], reasons: list[str | None], constraint) -> torch.Tensor:
+    """logits (batch, vocab) with every id the constraint does not allow next set to -inf, row by row (rows still
+    generating whose constraint says which ids may come; the others as they are)."""
+    for row, generated in enumerate(tokens):
+        allowed = constraint.allowed(generated) if reasons[row] is None else None
+        if allowed is not None:
+            keep = torch.full_like(logits[row], float("-inf"))
+            keep[allowed] = 0.0
+            logits[row] = logits[row] + keep
+    return logits
+
+
 def sample_next(logits: torch.Tensor, sampling: SamplingParams,
                 generator: torch.Generator | None) -> torch.Tensor:
     """Pick one token per row from fp32 logits (batch, vocab) -> (batch,)."""
@@ -222,6 +234,8 @@ class HFRollout:
         reasons: list[str | None] = [None] * batch
         alive = torch.ones(batch, dtype=torch.bool, device=dev)              # (batch,)
         for step in range(sampling.max_new_tokens):
+            if sampling.constraint is not None:
+                logits = constrain(logits, tokens, reasons, sampling.constraint)
             next_tok = sample_next(logits, sampling, generator)                # (batch,)
             next_tok = torch.where(alive, next_tok, torch.full_like(next_tok, self.pad_id))
             if sampling.return_logprobs:

@@ -32,7 +32,7 @@ from typing import Protocol
 
 import torch
 
-from .base import GenOutput, SamplingParams, validate_prompts
+from .base import GenOutput, SamplingParams, refuse_constraint, validate_prompts
 from .hf_rollout import StopChecker
 
 
@@ -109,6 +109,7 @@ class SlotEngine:
 
     async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> GenOutput:
         sampling.validate()
+        refuse_constraint(sampling, "the slot engine")
         validate_prompts([prompt_ids], self.vocab_size)
         if len(prompt_ids) + sampling.max_new_tokens > self.runner.max_len:
             raise ValueError(f"SlotEngine: prompt of {len(prompt_ids)} tokens + max_new_tokens "

@@ -35,7 +35,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .base import GenOutput, SamplingParams
+from .base import GenOutput, SamplingParams, refuse_constraint
 from .hf_rollout import HFRollout, StopChecker, filter_logits
 
 SUPPORTED_TYPES = ("llama", "qwen2", "qwen3", "gemma3_text")
@@ -443,6 +443,7 @@ class StaticRollout(HFRollout):
 
     @torch.inference_mode()
     def _generate_chunk(self, prompts, sampling, generator, stopper: StopChecker | None) -> list[GenOutput]:
+        refuse_constraint(sampling, "hf_static")
         real, width, n_new = len(prompts), max(len(p) for p in prompts), sampling.max_new_tokens
         if width + n_new > self.max_model_len:
             raise ValueError(f"StaticRollout: prompt width {width} + max_new_tokens {n_new} exceeds "

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
-from .base import GenOutput, SamplingParams, clean_state_dict_items, validate_prompts
+from .base import GenOutput, SamplingParams, clean_state_dict_items, refuse_constraint, validate_prompts
 from .vllm_worker_ext import ALIGN, BucketEntry
 
 SUPPORTED_VLLM = (">=0.23", "<0.34")  # keep equal to pyproject's [vllm] extra
@@ -51,6 +51,7 @@ def check_vllm_version(version: str) -> None:
 def to_vllm_sampling_kwargs(sampling: SamplingParams) -> dict[str, Any]:
     """Keyword arguments for `vllm.SamplingParams` equivalent to ours (validated as vLLM would)."""
     sampling.validate()
+    refuse_constraint(sampling, "vllm")
     greedy = sampling.is_greedy
     return dict(
         n=1,
