@@ -117,3 +117,37 @@ def test_the_env_constrains_evaluation_turns_and_refuses_training_ones(tok):
 def test_a_policy_asked_to_constrain_names_on_another_engine_is_an_error(tmp_path):
     with pytest.raises(EvalError, match="hf engine only"):
         load_policy(tmp_path, rollout="hf_static", constrain_names=True)
+
+
+def test_an_evaluation_with_constrain_names_runs_the_constraint_through_the_hf_engine(tmp_path, tok):
+    """The flag reaches the episodes' env and the engine: every turn's sampling carries the name constraint, and a
+    tiny policy that never opens a route decodes exactly as without it."""
+    import json
+    from dataclasses import replace
+
+    from data_process.sim_qa import SimConfig, build_sim
+    from router_r1.eval.evaluate import EvalConfig, evaluate
+
+    (tmp_path / "template.txt").write_text("Route or answer.\n{budget}Question: {question}\n")
+    build_sim(SimConfig(out_dir=tmp_path, prompt_template=tmp_path / "template.txt", train_size=1, val_size=1,
+                        test_size=3))
+    ckpt = tmp_path / "ckpt"
+    tok.save_pretrained(ckpt)
+    tiny_model(len(tok), seed=0).save_pretrained(ckpt)
+    texts = {}
+    for constrain in (False, True):
+        loaded, seen = load_policy(ckpt, "cpu", constrain_names=constrain), []
+        assert isinstance(loaded.generate.__self__, HFRollout)
+
+        def generate(prompts, sampling, engine=loaded.generate):  # the real engine, its samplings recorded
+            seen.append(sampling.constraint)
+            return engine(prompts, sampling)
+        policy = replace(loaded, generate=generate)
+        out = tmp_path / f"eval{int(constrain)}"
+        cfg = EvalConfig(data=[str(tmp_path / "test.parquet")], checkpoints=["tiny"], sim=True, max_turns=1,
+                         response_length=8, out=str(out), constrain_names=constrain)
+        evaluate(cfg, load=lambda c: policy, log=lambda msg: None)
+        assert seen and all(isinstance(c, RouteNameConstraint) == constrain for c in seen)
+        assert json.loads((out / "summary.json").read_text())["config"]["constrain_names"] is constrain
+        texts[constrain] = [json.loads(x)["text"] for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert texts[True] == texts[False] and len(texts[True]) == 3
