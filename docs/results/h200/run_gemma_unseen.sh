@@ -58,7 +58,8 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
   # the oracle's pool holds SciGLM-6B so that no row's made-up names take it; its rows list seen models only
   python3 -m data_process.sim_oracle --out-dir "$RUN/oracle" --n "${N_ORACLE:-2000}" --noise 0.05 --rename 1 \
     --vary-pool "$VARY" --add-rival "$RIVAL" "${THINK_FLAG[@]}" --fallback "$FALLBACK" --fallback-drill "$DRILL" \
-    --seed "$SEED" --bank-size "$BANK" "${STYLE_FLAG[@]}" --rival-cheaper "$RIVAL_CHEAPER" --misname-drill "$MISNAME" --pool "$POOL" --report
+    --seed "$SEED" --bank-size "$BANK" "${STYLE_FLAG[@]}" --rival-cheaper "$RIVAL_CHEAPER" --misname-drill "$MISNAME" \
+    --pool "$POOL" --report
   python3 -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
   compact_template "$POOL" > "$RUN/prompt_template_unseen.txt"

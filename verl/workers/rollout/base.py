@@ -75,11 +75,14 @@ class SamplingParams:
 
 @runtime_checkable
 class TokenConstraint(Protocol):
+    """Which token ids may follow a row's generated ids in this turn (None: any)."""
+
     def allowed(self, generated: list[int]) -> list[int] | None: ...
 
 
 def refuse_constraint(sampling: "SamplingParams", engine: str) -> None:
-    """Raise for an engine that cannot apply SamplingParams.constraint (its steps never stop in Python)."""
+    """Raise for an engine that cannot apply SamplingParams.constraint (its decode steps do not come back to Python
+    one at a time: CUDA graphs with read-back in chunks, the slot engine, vLLM)."""
     if sampling.constraint is not None:
         raise ValueError(f"SamplingParams.constraint (constrained decoding, e.g. env.constrain_names) is applied by "
                          f"the hf engine only, not {engine}: use --rollout hf")
