@@ -4,8 +4,9 @@ offered minus without (paired over the 300 test questions), and who the science 
     python docs/results/h200/gemma_unseen/fallback/summarize.py   # writes table.txt, summary.json, fallback.png
 
 "probe": GeoMind-3B's share of the validation geography calls, for runs made with PROBE=1 (else "-"); "bad names":
-route actions naming no listed model, on the test with SciGLM-6B offered. The last lines choose among the p3s draws by
-their probe share alone (no test question) and count how often the chosen draw meets the target.
+route actions naming no listed model, on the test with SciGLM-6B offered. Below the table: choosing among the probed
+draws by their probe share alone (no test question), how often the chosen draw meets the target; then each draw's
+other pairs (the probe's, and with CONSTRAIN=1 the constrained decodings'), each against the seen listing.
 
 Each draws/NAME holds one run_gemma_unseen.sh output (eval_seen, eval_unseen, run.txt, ...); ../think is the run before
 --fallback listed, read the same way. The first ten fallback runs (fb, bk, r8s) were kept in a git-ignored runs/
@@ -34,6 +35,10 @@ RUNS.update({name: (HERE / "runs" / name, recipe) for name, recipe in (
     *((f"r8s{s}", f"rival 0.8, bank 1000, seed {s}") for s in range(6)))})
 RUNS.update({f"p3s{s}": (HERE / "draws" / f"p3s{s}", f"r8s + styled bank, rival cheaper 0.3, seed {s}")
              for s in range(9)})
+# (label, seen listing's evaluation, offered listing's, the new model and its domain) of the pairs a draw may hold
+PAIRS = (("probe", "eval_val_seen", "eval_probe", ("GeoMind-3B", "geography")),
+         ("test, names constrained", "eval_seen", "eval_unseen_constrained", ("SciGLM-6B", "science")),
+         ("probe, names constrained", "eval_val_seen", "eval_probe_constrained", ("GeoMind-3B", "geography")))
 MET = "EM within noise, cheaper"  # paired_vs's verdict when the EM CI holds 0 and the cost CI lies below it
 
 
@@ -52,6 +57,15 @@ def bad_names(eval_dir: Path) -> int:
     """Route actions that named no listed model (e.g. "SiliGLM-6B" for SciGLM-6B)."""
     return sum(t.get("reason") == "unknown_model" for records in load(eval_dir)[1].values()
                for r in records for t in r["turns"])
+
+
+def offered(seen: Path, offer: Path, model: str, domain: str) -> dict:
+    """A new model offered (`offer`) against the seen listing (`seen`), paired: its share of `domain`'s calls, the
+    EM and cost differences with CIs, and the routes that named no listed model."""
+    got = next(iter(compare(seen, offer).values()))
+    p = got["paired"]
+    return {"share": got["unseen_b"][model][domain]["share"], "em_diff": p["em_diff"],
+            "em_diff_ci95": p["em_diff_ci95"], "cost_diff_1e6": p["cost_diff_1e6"], "bad_names": bad_names(offer)}
 
 
 def chosen_by_probe(rows: list[dict], k: int) -> tuple[int, int]:
@@ -75,14 +89,16 @@ def main() -> None:
         calls = science_calls(where / "eval_unseen")
         probe = None  # run_gemma_unseen.sh PROBE=1: GeoMind-3B's share of the validation geography calls
         if (where / "eval_probe").exists():
-            got_probe = next(iter(compare(where / "eval_val_seen", where / "eval_probe").values()))
-            probe = got_probe["unseen_b"]["GeoMind-3B"]["geography"]["share"]
+            probe = offered(where / "eval_val_seen", where / "eval_probe", "GeoMind-3B", "geography")["share"]
         rows.append({"run": name, "recipe": recipe, "sciglm_share": share["share"], "science_calls": share["calls"],
                      "probe_share": probe,
                      "em_seen": seen_em, "em_diff": p["em_diff"], "em_diff_ci95": p["em_diff_ci95"],
                      "cost_diff_1e6": p["cost_diff_1e6"], "cost_diff_1e6_ci95": p["cost_diff_1e6_ci95"],
                      "verdict": p["verdict"], "science_calls_unseen": dict(calls),
-                     "bad_names": bad_names(where / "eval_unseen")})
+                     "bad_names": bad_names(where / "eval_unseen"),
+                     # the probe's and (CONSTRAIN=1) the constrained decodings' pairs, each against the seen listing
+                     "pairs": {label: offered(where / a, where / b, *new)
+                               for label, a, b, new in PAIRS if (where / b).exists()}})
     (HERE / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     head = f"{'run':<6} {'recipe':<42} {'SciGLM share':>12} {'EM seen':>7} {'EM diff [95% CI]':>24} " \
            f"{'cost diff 1e-6 [95% CI]':>26} {'probe':>5} {'bad names':>9}  science calls offered SciGLM-6B"
@@ -101,6 +117,12 @@ def main() -> None:
     for k in (1, 2, 3):
         n, met = chosen_by_probe(rows, k)
         lines.append(f"  k={k}: target met in {met} of {n} ({met / n:.2f})")
+    lines += ["", "each draw's other pairs (the new model offered minus the seen listing):"]
+    for r in rows:
+        for label, q in r.get("pairs", {}).items():
+            (el, eh) = q["em_diff_ci95"]
+            lines.append(f"  {r['run']:<6} {label:<25} share {q['share']:.2f}  EM {q['em_diff']:+.3f} "
+                         f"[{el:+.3f}, {eh:+.3f}]  cost {q['cost_diff_1e6']:+.2f}  bad names {q['bad_names']}")
     (HERE / "table.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(rows)
