@@ -14,19 +14,11 @@ from router_r1.eval.evaluate import EvalConfig
 from router_r1.flags import parser_for
 from router_r1.pool.registry import ModelRegistry
 from router_r1.runtime import EnvOverrides, resolve_env
+from test_oracle_fallback import UNSEEN, rows  # the oracle's rows over sim_unseen.yaml, thinks stating the lines
 from verl.trainer.sft_data import SFTDataError, check_row, tokenize_example
 from verl.utils.tiny import tiny_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
-UNSEEN = ROOT / "configs" / "pool" / "sim_unseen.yaml"
 SEEN = ModelRegistry.from_yaml(UNSEEN).seen()
-
-
-def rows(tmp_path, **kw):
-    Path(tmp_path).mkdir(parents=True, exist_ok=True)
-    cfg = OracleConfig(out_dir=tmp_path, pool=UNSEEN, tokenizer=False, think_candidates=True,
-                       **{"n": 80, "noise": 0.0, **kw})
-    return build_rows(cfg, own_template(Path(tmp_path), None, UNSEEN))[0]
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -53,8 +45,8 @@ def test_a_misspelling_is_one_or_two_letters_off_and_names_no_model():
 
 
 def test_drill_rows_slip_read_the_environments_hint_and_route_again(tmp_path):
-    got = rows(tmp_path, misname_drill=1.0)
-    plain = rows(tmp_path / "plain")
+    got = rows(tmp_path, n=80, misname_drill=1.0)
+    plain = rows(tmp_path / "plain", n=80)
     tok = tiny_tokenizer()
     drilled = [r for r in got if r["misnamed"]]
     assert len(drilled) > 40  # every oracle-mode row that opens with a route and has a turn to spare
@@ -77,7 +69,7 @@ def test_drill_rows_slip_read_the_environments_hint_and_route_again(tmp_path):
 
 
 def test_the_sft_loss_skips_the_slip_and_learns_the_recovery(tmp_path):
-    row = next(r for r in rows(tmp_path, misname_drill=1.0) if r["misnamed"])
+    row = next(r for r in rows(tmp_path, n=80, misname_drill=1.0) if r["misnamed"])
     tok = tiny_tokenizer()
     ex = tokenize_example(tok, row["prompt"], row["segments"])
     n = [len(tok(s["text"], add_special_tokens=False)["input_ids"]) for s in row["segments"]]
@@ -97,7 +89,7 @@ def test_the_drill_needs_the_stated_pick_and_a_share(tmp_path):
         build_rows(OracleConfig(out_dir=tmp_path, pool=UNSEEN, tokenizer=False, misname_drill=0.2, n=4),
                    own_template(Path(tmp_path), None, UNSEEN))
     with pytest.raises(ValueError, match="--misname-drill"):
-        rows(tmp_path, misname_drill=1.5)
+        rows(tmp_path, n=80, misname_drill=1.5)
 
 
 def test_evaluation_takes_the_hint_flag_over_the_run():
