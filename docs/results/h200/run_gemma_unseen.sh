@@ -78,12 +78,6 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
   ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
     --out "$RUN/eval_unseen"
   python3 scripts/paired_evals.py "$RUN/eval_seen" "$RUN/eval_unseen" --out "$RUN/paired_unseen.json"
-  if [ "$CONSTRAIN" = 1 ]; then
-    stage "SciGLM-6B offered, route names constrained to the listed ones"
-    ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
-      --rollout hf --constrain-names --out "$RUN/eval_unseen_constrained"
-    python3 scripts/paired_evals.py "$RUN/eval_unseen" "$RUN/eval_unseen_constrained" --out "$RUN/paired_constrained.json"
-  fi
   if [ "$PROBE" = 1 ]; then
     stage "validation probe: GeoMind-3B offered on $TEST_SIZE validation questions, paired against the seen listing"
     compact_template "$PROBE_POOL" > "$RUN/prompt_template_probe.txt"
@@ -96,7 +90,14 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
     ev --data "$RUN/data_probe/val.parquet" --pool "$PROBE_POOL" --include-unseen \
       --prompt-template "$RUN/prompt_template_probe.txt" --out "$RUN/eval_probe"
     python3 scripts/paired_evals.py "$RUN/eval_val_seen" "$RUN/eval_probe" --out "$RUN/paired_probe.json"
-    if [ "$CONSTRAIN" = 1 ]; then
+  fi
+  # last, on the slower hf engine: a run cut by its time limit still has the free-decoding pairs above
+  if [ "$CONSTRAIN" = 1 ]; then
+    stage "SciGLM-6B offered, route names constrained to the listed ones"
+    ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
+      --rollout hf --constrain-names --out "$RUN/eval_unseen_constrained"
+    python3 scripts/paired_evals.py "$RUN/eval_unseen" "$RUN/eval_unseen_constrained" --out "$RUN/paired_constrained.json"
+    if [ "$PROBE" = 1 ]; then
       ev --data "$RUN/data_probe/val.parquet" --pool "$PROBE_POOL" --include-unseen --rollout hf --constrain-names \
         --prompt-template "$RUN/prompt_template_probe.txt" --out "$RUN/eval_probe_constrained"
       python3 scripts/paired_evals.py "$RUN/eval_probe" "$RUN/eval_probe_constrained" \

@@ -17,6 +17,13 @@ for seed in "$@"; do
 done
 wait
 for seed in "$@"; do
+  # a draw cut by RUN_LIMIT_S never reached its own tarball: pack what it finished (same files as the script's)
+  if [ ! -f "$DIR/$PREFIX$seed/unseen_run.tgz" ] && [ -d "/tmp/gu_$PREFIX$seed" ]; then
+    mkdir -p "$DIR/$PREFIX$seed"  # run.txt is there: the killed script's subshell writes it
+    echo "rc timeout (RUN_LIMIT_S ${RUN_LIMIT_S:-540})" >> "$DIR/$PREFIX$seed/run.txt"
+    (cd "/tmp/gu_$PREFIX$seed" && find . -type f ! -name '*.safetensors' ! -name '*.pt' ! -name '*.parquet' \
+       ! -name 'tokenizer*' -size -4M | tar czf "$DIR/$PREFIX$seed/unseen_run.tgz" -T -)
+  fi
   echo "== $PREFIX$seed"
   grep -h "sft: \|SFT router - SFT\|share of calls\|^rc " "$DIR/$PREFIX$seed/run.txt" 2>/dev/null || tail -3 "/tmp/log_$PREFIX$seed"
 done
