@@ -22,7 +22,8 @@
 # (--misname-drill); with it every evaluation runs with --invalid-hint, both sides of each pair alike. CONSTRAIN=1
 # evaluates the offered listings (test, and the probe's with PROBE=1) once more with each route's model name held
 # to the listed names (--constrain-names, on the hf engine), paired against the free-decoding ones
-# (paired_constrained.json, paired_probe_constrained.json).
+# (paired_constrained.json, paired_probe_constrained.json). HF_FREE=1 evaluates the offered test listing on the hf
+# engine without the constraint too (paired_hf.json against hf_static): what the engine changes, apart from the constraint.
 #   THINK=1 RIVAL=0.8 VARY=0 FALLBACK=listed DRILL=0.1 BANK=1000 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   THINK=1 RIVAL=0.5 VARY=0 bash docs/results/h200/run_gemma_unseen.sh DIR
 #   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
@@ -41,7 +42,7 @@ FALLBACK=${FALLBACK:-best} DRILL=${DRILL:-0} SEED=${SEED:-0} BANK=${BANK:-96} EV
 PROBE=${PROBE:-0} PROBE_POOL=configs/pool/sim_probe.yaml
 RIVAL_CHEAPER=${RIVAL_CHEAPER:-0.7} STYLE_FLAG=(); [ "${BANK_STYLES:-0}" = 1 ] && STYLE_FLAG=(--bank-styles)
 MISNAME=${MISNAME:-0} HINT_FLAG=(); [ "$MISNAME" != 0 ] && HINT_FLAG=(--invalid-hint)
-CONSTRAIN=${CONSTRAIN:-0}
+CONSTRAIN=${CONSTRAIN:-0} HF_FREE=${HF_FREE:-0}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$([ "$THINK" = 1 ] && echo 128 || echo 64)}
 export TOKENIZERS_PARALLELISM=false
 # the compact template listing every model of a pool yaml, the unseen ones too
@@ -92,17 +93,24 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
     python3 scripts/paired_evals.py "$RUN/eval_val_seen" "$RUN/eval_probe" --out "$RUN/paired_probe.json"
   fi
   # last, on the slower hf engine: a run cut by its time limit still has the free-decoding pairs above
+  if [ "$HF_FREE" = 1 ]; then
+    stage "SciGLM-6B offered, on the hf engine without the constraint"
+    ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
+      --rollout hf --out "$RUN/eval_unseen_hf"
+    python3 scripts/paired_evals.py "$RUN/eval_unseen" "$RUN/eval_unseen_hf" --out "$RUN/paired_hf.json"
+  fi
+  if [ "$CONSTRAIN" = 1 ] && [ "$PROBE" = 1 ]; then  # the probe first: its new name is the one misspelt
+    stage "GeoMind-3B offered, route names constrained to the listed ones"
+    ev --data "$RUN/data_probe/val.parquet" --pool "$PROBE_POOL" --include-unseen --rollout hf --constrain-names \
+      --prompt-template "$RUN/prompt_template_probe.txt" --out "$RUN/eval_probe_constrained"
+    python3 scripts/paired_evals.py "$RUN/eval_probe" "$RUN/eval_probe_constrained" \
+      --out "$RUN/paired_probe_constrained.json"
+  fi
   if [ "$CONSTRAIN" = 1 ]; then
     stage "SciGLM-6B offered, route names constrained to the listed ones"
     ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
       --rollout hf --constrain-names --out "$RUN/eval_unseen_constrained"
     python3 scripts/paired_evals.py "$RUN/eval_unseen" "$RUN/eval_unseen_constrained" --out "$RUN/paired_constrained.json"
-    if [ "$PROBE" = 1 ]; then
-      ev --data "$RUN/data_probe/val.parquet" --pool "$PROBE_POOL" --include-unseen --rollout hf --constrain-names \
-        --prompt-template "$RUN/prompt_template_probe.txt" --out "$RUN/eval_probe_constrained"
-      python3 scripts/paired_evals.py "$RUN/eval_probe" "$RUN/eval_probe_constrained" \
-        --out "$RUN/paired_probe_constrained.json"
-    fi
   fi
   stage done
 ) > "$RESULTS/run.txt" 2>&1
