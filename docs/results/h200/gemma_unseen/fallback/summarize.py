@@ -35,10 +35,13 @@ RUNS.update({name: (HERE / "runs" / name, recipe) for name, recipe in (
     *((f"r8s{s}", f"rival 0.8, bank 1000, seed {s}") for s in range(6)))})
 RUNS.update({f"p3s{s}": (HERE / "draws" / f"p3s{s}", f"r8s + styled bank, rival cheaper 0.3, seed {s}")
              for s in range(9)})
+RUNS.update({f"p3m{s}": (HERE / "draws" / f"p3m{s}", f"p3s + misname drill 0.1, seed {s}") for s in range(4)})
+RUNS["p3d1"] = (HERE / "draws" / "p3d1", "p3m1 again (no probe; hf engine unconstrained)")
 # (label, seen listing's evaluation, offered listing's, the new model and its domain) of the pairs a draw may hold
 PAIRS = (("probe", "eval_val_seen", "eval_probe", ("GeoMind-3B", "geography")),
          ("test, names constrained", "eval_seen", "eval_unseen_constrained", ("SciGLM-6B", "science")),
-         ("probe, names constrained", "eval_val_seen", "eval_probe_constrained", ("GeoMind-3B", "geography")))
+         ("probe, names constrained", "eval_val_seen", "eval_probe_constrained", ("GeoMind-3B", "geography")),
+         ("test, hf engine", "eval_seen", "eval_unseen_hf", ("SciGLM-6B", "science")))
 MET = "EM within noise, cheaper"  # paired_vs's verdict when the EM CI holds 0 and the cost CI lies below it
 
 
@@ -66,6 +69,11 @@ def offered(seen: Path, offer: Path, model: str, domain: str) -> dict:
     p = got["paired"]
     return {"share": got["unseen_b"][model][domain]["share"], "em_diff": p["em_diff"],
             "em_diff_ci95": p["em_diff_ci95"], "cost_diff_1e6": p["cost_diff_1e6"], "bad_names": bad_names(offer)}
+
+
+def recipe_of(row: dict) -> str:
+    """The draws of one recipe share a name up to the seed: p3s0 ... p3s8 are "p3s"."""
+    return row["run"].rstrip("0123456789")
 
 
 def chosen_by_probe(rows: list[dict], k: int) -> tuple[int, int]:
@@ -111,12 +119,14 @@ def main() -> None:
                      f"{'-' if r['probe_share'] is None else format(r['probe_share'], '.2f'):>5} "
                      f"{'-' if r['bad_names'] is None else r['bad_names']:>9}  {calls}")
     probed = [r for r in rows if r["probe_share"] is not None]
-    lines.append("")
-    lines.append(f"target met (verdict '{MET}'): {sum(r['verdict'] == MET for r in probed)} of {len(probed)} "
-                 f"probed draws; keeping the highest probe share of k draws (every k-subset of them):")
-    for k in (1, 2, 3):
-        n, met = chosen_by_probe(rows, k)
-        lines.append(f"  k={k}: target met in {met} of {n} ({met / n:.2f})")
+    for recipe in dict.fromkeys(recipe_of(r) for r in probed):  # each recipe's draws apart
+        mine = [r for r in probed if recipe_of(r) == recipe]
+        lines.append("")
+        lines.append(f"{recipe}*: target met (verdict '{MET}') in {sum(r['verdict'] == MET for r in mine)} of "
+                     f"{len(mine)} draws; keeping the highest probe share of k draws (every k-subset of them):")
+        for k in range(1, min(3, len(mine)) + 1):
+            n, met = chosen_by_probe(mine, k)
+            lines.append(f"  k={k}: target met in {met} of {n} ({met / n:.2f})")
     lines += ["", "each draw's other pairs (the new model offered minus the seen listing):"]
     for r in rows:
         for label, q in r.get("pairs", {}).items():
@@ -148,7 +158,8 @@ def plot(rows: list[dict]) -> None:
     ax.set_ylim(bottom=min(r["cost_diff_1e6_ci95"][0] for r in rows) - 0.4)  # room for the red EM labels
     ax.set_xticks(range(len(rows)), [re.sub(r"^(r8|p3)", r"\1\n", r["run"]) for r in rows], fontsize=8)
     ax.set_xlabel("run (think: before --fallback listed; fb: rival 0.5, bank 96; bk: bank 1000; r8: rival 0.8, "
-                  "bank 1000; p3: r8 + styled bank names, rival cheaper 0.3)")
+                  "bank 1000; p3s: r8 + styled bank names, rival cheaper 0.3;\np3m: p3s + misname drill 0.1; "
+                  "p3d1: p3m1's seed again)")
     ax.set_ylabel("cost with SciGLM-6B offered minus without\n(1e-6 USD per question, 95% CI; below 0: cheaper)")
     ax.set_title("Gemma 3 270M SFT, 300 test questions: the unseen model's effect per SFT draw\n"
                  "(number above a bar: SciGLM-6B's share of the science calls; red: EM lower with it offered, 95% CI)", fontsize=10)
