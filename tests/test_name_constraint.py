@@ -1,9 +1,10 @@
 """Constrained decoding of route names (router_r1/name_constraint.py, env.constrain_names, the hf engine).
 
-Whatever the logits, a name decoded under the constraint is a listed name followed by its colon; outside an open
-name the turn is free; the hf engine masks what a constraint forbids; training rollouts, log-probs and the engines
-that cannot apply it refuse it.
+A name decoded under the constraint is the listed "name:" the model scores highest as a whole; outside an open
+name the turn is free; the hf engine scores a choice point's options and writes the one picked; training rollouts,
+log-probs and the engines that cannot apply it refuse it.
 """
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from router_r1.router_env import RouterEnv, RouterEnvConfig
 from router_r1.runtime import EvalError, load_policy
 from tiny import tiny_model
 from verl.workers.rollout import SamplingParams
-from verl.workers.rollout.hf_rollout import HFRollout
+from verl.workers.rollout.hf_rollout import HFRollout, pick
 from verl.workers.rollout.static_rollout import StaticRollout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,69 +30,96 @@ def ids(tok, text):
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
-def test_whatever_the_logits_the_name_decoded_is_a_listed_one(tok):
-    names = UNSEEN.names  # the unseen SciGLM-6B among them
-    rule = RouteNameConstraint(tok, names)
-    got = set()
-    for seed in range(60):
-        g = torch.Generator().manual_seed(seed)
-        generated = ids(tok, "<think>A science fact.</think><search>")
-        while (allowed := rule.allowed(generated)) is not None:
-            assert len(generated) < 200
-            logits = torch.randn(len(tok), generator=g)
-            masked = torch.full_like(logits, float("-inf"))
-            masked[allowed] = logits[allowed]
-            generated.append(int(masked.argmax()))
-        text = tok.decode(generated, skip_special_tokens=True)
+def logprob(model, context, option):
+    """The option's log-prob after context: one plain forward, no padding, no cache (the engine's check)."""
+    with torch.no_grad():
+        logp = model(input_ids=torch.tensor([context + option])).logits[0].float().log_softmax(-1)
+    return sum(float(logp[len(context) + j - 1, t]) for j, t in enumerate(option))
+
+
+class Opened:
+    """The route-name rule for a turn that began with `head` (a random tiny model never writes `<search>` itself)."""
+
+    def __init__(self, rule, head):
+        self.rule, self.head = rule, list(head)
+
+    def choices(self, generated):
+        return self.rule.choices(self.head + generated)
+
+
+def test_the_name_written_is_the_listed_one_the_model_scores_highest(tok):
+    rule = RouteNameConstraint(tok, UNSEEN.names)  # the unseen SciGLM-6B among them
+    head = ids(tok, "<think>A science fact.</think><search>")
+    prompt = ids(tok, "Question: What is Sorium?")
+    for seed in range(6):
+        model = tiny_model(len(tok), seed=seed)
+        out = HFRollout(model, tok, eos_token_ids=[]).generate(
+            [prompt + head], SamplingParams(greedy=True, max_new_tokens=16, constraint=Opened(rule, head)))[0]
+        text = tok.decode(head + out.token_ids, skip_special_tokens=True)
+        text = text[:text.index(":", text.index("<search>")) + 1]  # a random model runs on after the name
         action = parse_action(text + " What is Sorium?</search>", UNSEEN)
-        assert action.kind == "route" and action.model in names, text
-        got.add(action.model)
-    assert len(got) >= 3  # random logits reach several names: the constraint does not pick one
+        assert action.kind == "route" and action.model in UNSEEN.names, text
+        options = rule.choices(head)
+        best = max(options, key=lambda o: logprob(model, prompt + head, o))
+        # the whole name the model finds likeliest (the string's probability: a random model's is the fewest
+        # tokens), not the first option and not a token-by-token prefix
+        assert out.token_ids[:len(best)] == best
 
 
-def test_a_name_is_constrained_only_while_it_is_open(tok):
+def test_a_name_is_a_choice_only_while_it_is_open(tok):
     rule = RouteNameConstraint(tok, UNSEEN.names)
-    assert rule.allowed(ids(tok, "<think>A science fact. Ask Sci")) is None  # not in a route
-    assert rule.allowed(ids(tok, "<search>SciGLM-6B: What")) is None  # the name is done
-    assert rule.allowed(ids(tok, "<search>Zzz")) is None  # already matches no name: the parser says invalid
-    assert rule.allowed(ids(tok, "<search>SciGLM-6B: x</search><search>")) is not None  # a second route
-    partial = rule.allowed(ids(tok, "<search>SciG"))
-    for i in partial:  # each keeps "SciG" on the way to "SciGLM-6B:" or finishes it and runs on
-        text = "SciG" + tok.decode([i])
-        assert "SciGLM-6B:".startswith(text) or text.startswith("SciGLM-6B:"), text
-    assert partial
+    assert rule.choices(ids(tok, "<think>A science fact. Ask Sci")) is None  # not in a route
+    assert rule.choices(ids(tok, "<search>SciGLM-6B: What")) is None  # the name is done
+    assert rule.choices(ids(tok, "<search>Zzz")) is None  # already matches no name: the parser says invalid
+    assert len(rule.choices(ids(tok, "<search>SciGLM-6B: x</search><search>"))) == len(UNSEEN.names)  # a second route
+    rests = [tok.decode(o) for o in rule.choices(ids(tok, "<search>SciG"))]
+    assert rests == ["LM-6B:"]  # what completes "SciG"
     with pytest.raises(ValueError, match="at least one"):
         RouteNameConstraint(tok, [])
 
 
-class FirstSteps:
-    """A constraint that allows only `ids` for the first `n` tokens of a turn."""
+class Fixed:
+    """A choice point at the start of every turn between fixed token sequences."""
 
-    def __init__(self, ids, n):
-        self.ids, self.n = list(ids), n
+    def __init__(self, *options):
+        self.options = [list(o) for o in options]
 
-    def allowed(self, generated):
-        return self.ids if len(generated) < self.n else None
+    def choices(self, generated):
+        return self.options if not generated else None
 
 
-def test_the_hf_engine_applies_a_constraint_and_the_others_refuse_it(tok):
+def test_the_hf_engine_scores_options_in_whole_and_the_others_refuse_a_constraint(tok):
     model = tiny_model(len(tok), seed=3)
     prompts = [ids(tok, "The router asks"), ids(tok, "Who founded")]
-    rule = FirstSteps([7, 11], n=4)
-    free = HFRollout(model, tok, eos_token_ids=[]).generate(prompts, SamplingParams(greedy=True, max_new_tokens=8))
-    out = HFRollout(model, tok, eos_token_ids=[]).generate(
-        prompts, SamplingParams(greedy=True, max_new_tokens=8, constraint=rule))
-    for f, o in zip(free, out):
-        assert set(o.token_ids[:4]) <= {7, 11} and len(o.token_ids) == 8
-        assert f.token_ids[:4] != o.token_ids[:4]  # the model's own picks were other tokens
-    sampled = HFRollout(model, tok, eos_token_ids=[]).generate(
-        prompts, SamplingParams(temperature=1.0, seed=5, max_new_tokens=6, constraint=rule))
-    assert all(set(o.token_ids[:4]) <= {7, 11} for o in sampled)
+    options = ([7, 11, 7, 11], [11, 11], [9])  # of different lengths: padded side by side when scored
+    engine = HFRollout(model, tok, eos_token_ids=[])
+    for p in prompts:
+        want = torch.tensor([logprob(model, p, o) for o in options])
+        assert torch.allclose(engine.sequence_logprobs(p, list(options)), want, atol=1e-4)
+    free = engine.generate(prompts, SamplingParams(greedy=True, max_new_tokens=8))
+    out = engine.generate(prompts, SamplingParams(greedy=True, max_new_tokens=8, constraint=Fixed(*options)))
+    for p, f, o in zip(prompts, free, out):
+        best = max(options, key=lambda x: logprob(model, p, x))
+        assert o.token_ids[:len(best)] == best and len(o.token_ids) == 8
+        assert f.token_ids[:len(best)] != best  # the model's own tokens were others
+    sampled = engine.generate(prompts, SamplingParams(temperature=1.0, seed=5, max_new_tokens=6,
+                                                      constraint=Fixed(*options)))
+    assert all(any(o.token_ids[:len(x)] == x for x in options) for o in sampled)
     with pytest.raises(ValueError, match="log-probs"):
-        SamplingParams(greedy=True, return_logprobs=True, constraint=rule).validate()
+        SamplingParams(greedy=True, return_logprobs=True, constraint=Fixed(*options)).validate()
     with pytest.raises(ValueError, match="hf engine only"):
         StaticRollout(model, tok, eos_token_ids=[], max_model_len=64).generate(
-            prompts, SamplingParams(greedy=True, max_new_tokens=4, constraint=rule))
+            prompts, SamplingParams(greedy=True, max_new_tokens=4, constraint=Fixed(*options)))
+
+
+def test_sampling_draws_options_in_proportion_to_their_probability():
+    scores = torch.tensor([-1.0, -2.0, -0.5])
+    assert pick(scores, SamplingParams(greedy=True), None) == 2
+    g = torch.Generator().manual_seed(0)
+    draws = Counter(pick(scores, SamplingParams(temperature=2.0), g) for _ in range(4000))
+    want = (scores / 2.0).softmax(-1)
+    for i in range(3):
+        assert abs(draws[i] / 4000 - float(want[i])) < 0.03
 
 
 def test_the_env_constrains_evaluation_turns_and_refuses_training_ones(tok):

@@ -33,9 +33,10 @@ class SamplingParams:
     stop: tuple[str, ...] = ()      # stop strings; the output includes the stop string
     seed: int | None = None
     return_logprobs: bool = False   # each sampled token's log-prob at `logprob_temperature`
-    # Per row, the token ids that may come next (`allowed(generated ids) -> ids | None`, None: any); the hf
-    # engine applies it (e.g. router_r1.name_constraint). Sampling then leaves the policy's own distribution:
-    # evaluation and serving only, never with log-probs.
+    # Choice points in a turn (`choices(generated ids) -> token sequences | None`): where a row opens one, the hf
+    # engine writes one of the sequences in whole, the one the model scores highest (e.g.
+    # router_r1.name_constraint). Sampling then leaves the policy's own distribution: evaluation and serving
+    # only, never with log-probs.
     constraint: Optional["TokenConstraint"] = None
 
     def __post_init__(self):
@@ -75,9 +76,9 @@ class SamplingParams:
 
 @runtime_checkable
 class TokenConstraint(Protocol):
-    """Which token ids may follow a row's generated ids in this turn (None: any)."""
+    """Where a row's generated ids open a choice point, the token sequences that may come next (else None)."""
 
-    def allowed(self, generated: list[int]) -> list[int] | None: ...
+    def choices(self, generated: list[int]) -> list[list[int]] | None: ...
 
 
 def refuse_constraint(sampling: "SamplingParams", engine: str) -> None:

@@ -36,16 +36,13 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
-def constrain(logits: torch.Tensor, tokens: list[list[int]], reasons: list[str | None], constraint) -> torch.Tensor:
-    """logits (batch, vocab) with every id the constraint does not allow next set to -inf, row by row (rows still
-    generating whose constraint says which ids may come; the others as they are)."""
-    for row, generated in enumerate(tokens):
-        allowed = constraint.allowed(generated) if reasons[row] is None else None
-        if allowed is not None:
-            keep = torch.full_like(logits[row], float("-inf"))
-            keep[allowed] = 0.0
-            logits[row] = logits[row] + keep
-    return logits
+def pick(scores: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None) -> int:
+    """One of a choice point's sequences by their log-probs (k,): the likeliest when greedy, else drawn in
+    proportion to exp(score / temperature) (top-k and top-p do not apply to whole sequences)."""
+    if sampling.is_greedy:
+        return int(scores.argmax())
+    probs = (scores / sampling.temperature).softmax(-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
 
 
 def sample_next(logits: torch.Tensor, sampling: SamplingParams,
@@ -212,6 +209,49 @@ class HFRollout:
                          use_cache=True, **{self._cache_kw: cache}, **kw)
         return out.logits[:, -1, :].float()  # (batch, vocab)
 
+    def _constrain(self, logits: torch.Tensor, prompts: list[list[int]], tokens: list[list[int]],
+                   reasons: list[str | None], forced: list[list[int]], sampling: SamplingParams,
+                   generator: torch.Generator | None) -> torch.Tensor:
+        """logits (batch, vocab) with each row that is writing a chosen sequence held to its next token. A row
+        whose generated ids open a choice point first picks one of its sequences, scored in whole (pick)."""
+        for row, generated in enumerate(tokens):
+            if reasons[row] is not None:
+                continue
+            if not forced[row]:
+                options = sampling.constraint.choices(generated)
+                if options:
+                    scores = self.sequence_logprobs(prompts[row] + generated, options)  # (k,)
+                    forced[row] = list(options[pick(scores, sampling, generator)])
+            if forced[row]:
+                keep = torch.full_like(logits[row], float("-inf"))
+                keep[forced[row].pop(0)] = 0.0
+                logits[row] = logits[row] + keep
+        return logits
+
+    @torch.inference_mode()
+    def sequence_logprobs(self, context: list[int], options: list[list[int]]) -> torch.Tensor:
+        """(k,) log-prob of each option as the continuation of `context` (T=1, raw logits), one batched forward."""
+        if not options or any(not o for o in options):
+            raise ValueError("sequence_logprobs: every option must hold at least one token")
+        rows = [context + o for o in options]
+        width, keep = max(map(len, rows)), max(map(len, options)) + 1
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)  # (k, len)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)        # (k, len)
+        for i, r in enumerate(rows):
+            input_ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            attention_mask[i, width - len(r):] = 1
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=False, logits_to_keep=keep).logits.float()  # (k, keep, vocab)
+        logp = logits.log_softmax(-1)
+        scores = []
+        for i, o in enumerate(options):
+            # column j predicts the token after it: option o's tokens sit in the last len(o) columns
+            at = torch.arange(keep - 1 - len(o), keep - 1, device=logp.device)
+            scores.append(logp[i, at, torch.tensor(o, device=logp.device)].sum())
+        return torch.stack(scores)
+
     @torch.inference_mode()
     def _generate_chunk(self, prompts: list[list[int]], sampling: SamplingParams,
                         generator: torch.Generator | None, stopper: StopChecker | None) -> list[GenOutput]:
@@ -232,10 +272,11 @@ class HFRollout:
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         reasons: list[str | None] = [None] * batch
+        forced: list[list[int]] = [[] for _ in range(batch)]  # a chosen sequence's tokens still to write
         alive = torch.ones(batch, dtype=torch.bool, device=dev)              # (batch,)
         for step in range(sampling.max_new_tokens):
             if sampling.constraint is not None:
-                logits = constrain(logits, tokens, reasons, sampling.constraint)
+                logits = self._constrain(logits, prompts, tokens, reasons, forced, sampling, generator)
             next_tok = sample_next(logits, sampling, generator)                # (batch,)
             next_tok = torch.where(alive, next_tok, torch.full_like(next_tok, self.pad_id))
             if sampling.return_logprobs:
