@@ -179,3 +179,35 @@ def test_an_evaluation_with_constrain_names_runs_the_constraint_through_the_hf_e
         assert json.loads((out / "summary.json").read_text())["config"]["constrain_names"] is constrain
         texts[constrain] = [json.loads(x)["text"] for x in (out / "trajectories.jsonl").read_text().splitlines()]
     assert texts[True] == texts[False] and len(texts[True]) == 3
+
+
+def test_the_cli_decodes_a_run_saved_with_constrain_names_on_the_hf_engine(tmp_path, tok, monkeypatch):
+    """No flag: the checkpoint's run_config.yaml says env.constrain_names, and the CLI's loader reads the resolved
+    settings (not the unset flag), so the policy is built for the constraint."""
+    from data_process.sim_qa import SimConfig, build_sim
+    from router_r1.eval import evaluate as evaluate_module
+    from verl.trainer.main_ppo import load_config
+    from verl.trainer.config import save_run_config
+
+    (tmp_path / "template.txt").write_text("Route or answer.\n{budget}Question: {question}\n")
+    build_sim(SimConfig(out_dir=tmp_path, prompt_template=tmp_path / "template.txt", train_size=1, val_size=1,
+                        test_size=2))
+    ckpt = tmp_path / "ckpt"
+    tok.save_pretrained(ckpt)
+    tiny_model(len(tok), seed=0).save_pretrained(ckpt)
+    save_run_config(load_config("embedded", ["env.constrain_names=true"]), ckpt)
+    asked = []
+
+    def recording(*args, **kwargs):
+        policy = load_policy(*args, **kwargs)
+        asked.append((args, kwargs, type(policy.generate.__self__)))
+        return policy
+    monkeypatch.setattr(evaluate_module, "load_policy", recording)
+    rc = evaluate_module.main(["--data", str(tmp_path / "test.parquet"), "--checkpoint", str(ckpt), "--sim",
+                               "--device", "cpu", "--max-turns", "1", "--response-length", "8",
+                               "--out", str(tmp_path / "eval")])
+    assert rc == 0 and len(asked) == 1
+    args, kwargs, engine = asked[0]
+    assert kwargs.get("constrain_names", args[5] if len(args) > 5 else False) is True and engine is HFRollout
+    import json
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text())["config"]["constrain_names"] is True

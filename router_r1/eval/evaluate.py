@@ -493,8 +493,9 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     files = find_data_files(cfg.data)
     rows = load_rows(files, cfg.limit)
     cfg = with_training_shape(cfg, log)
-    load = load or (lambda c: load_policy(c, cfg.device, cfg.prompt_template, cfg.rollout, cfg.batch_size,
-                                          cfg.constrain_names))
+    # the resolved settings: a run saved with env.constrain_names decodes on the engine that applies it
+    load = load or (lambda c: quiet_transformers() or load_policy(c, cfg.device, cfg.prompt_template, cfg.rollout,
+                                                                  cfg.batch_size, cfg.constrain_names))
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     out_dir = Path(cfg.out or Path("outputs") / "eval" / time.strftime("%Y%m%d-%H%M%S"))
     if not 0.0 <= cfg.max_pool_failure_rate <= 1.0:
@@ -609,9 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for c in cfg.checkpoints:  # before any model import or pool start
             check_checkpoint(c)
-        evaluate(cfg, load=lambda c: quiet_transformers() or load_policy(c, cfg.device, cfg.prompt_template,
-                                                                          cfg.rollout, cfg.batch_size,
-                                                                          bool(cfg.constrain_names)))
+        evaluate(cfg)
     except USER_ERRORS as e:
         print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
