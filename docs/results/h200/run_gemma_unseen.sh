@@ -75,9 +75,13 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
   ev() { python3 -m router_r1.eval.evaluate --pool "$POOL" --sim --greedy --alpha 0 --device "$DEVICE" --rollout hf_static \
     --batch-size "$EVAL_BATCH" --max-turns 3 --max-obs-length 128 --response-length "$RESPONSE_LENGTH" --max-response-length 512 \
     --checkpoint "$RUN/sft" "${HINT_FLAG[@]}" "$@"; }
+  # the test with SciGLM-6B offered, and the probe's validation questions with GeoMind-3B offered
+  offered() { ev --data "$RUN/data_unseen/test.parquet" --include-unseen \
+    --prompt-template "$RUN/prompt_template_unseen.txt" "$@"; }
+  probed() { ev --data "$RUN/data_probe/val.parquet" --pool "$PROBE_POOL" --include-unseen \
+    --prompt-template "$RUN/prompt_template_probe.txt" "$@"; }
   ev --data "$RUN/data/test.parquet" --out "$RUN/eval_seen"
-  ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
-    --out "$RUN/eval_unseen"
+  offered --out "$RUN/eval_unseen"
   python3 scripts/paired_evals.py "$RUN/eval_seen" "$RUN/eval_unseen" --out "$RUN/paired_unseen.json"
   if [ "$PROBE" = 1 ]; then
     stage "validation probe: GeoMind-3B offered on $TEST_SIZE validation questions, paired against the seen listing"
@@ -88,28 +92,24 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
         --val-size "$TEST_SIZE" --test-size "$TEST_SIZE"
     done
     ev --data "$RUN/data_val/val.parquet" --pool "$PROBE_POOL" --out "$RUN/eval_val_seen"
-    ev --data "$RUN/data_probe/val.parquet" --pool "$PROBE_POOL" --include-unseen \
-      --prompt-template "$RUN/prompt_template_probe.txt" --out "$RUN/eval_probe"
+    probed --out "$RUN/eval_probe"
     python3 scripts/paired_evals.py "$RUN/eval_val_seen" "$RUN/eval_probe" --out "$RUN/paired_probe.json"
   fi
   # last, on the slower hf engine: a run cut by its time limit still has the free-decoding pairs above
   if [ "$HF_FREE" = 1 ]; then
     stage "SciGLM-6B offered, on the hf engine without the constraint"
-    ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
-      --rollout hf --out "$RUN/eval_unseen_hf"
+    offered --rollout hf --out "$RUN/eval_unseen_hf"
     python3 scripts/paired_evals.py "$RUN/eval_unseen" "$RUN/eval_unseen_hf" --out "$RUN/paired_hf.json"
   fi
   if [ "$CONSTRAIN" = 1 ] && [ "$PROBE" = 1 ]; then  # the probe first: its new name is the one misspelt
     stage "GeoMind-3B offered, route names constrained to the listed ones"
-    ev --data "$RUN/data_probe/val.parquet" --pool "$PROBE_POOL" --include-unseen --rollout hf --constrain-names \
-      --prompt-template "$RUN/prompt_template_probe.txt" --out "$RUN/eval_probe_constrained"
+    probed --rollout hf --constrain-names --out "$RUN/eval_probe_constrained"
     python3 scripts/paired_evals.py "$RUN/eval_probe" "$RUN/eval_probe_constrained" \
       --out "$RUN/paired_probe_constrained.json"
   fi
   if [ "$CONSTRAIN" = 1 ]; then
     stage "SciGLM-6B offered, route names constrained to the listed ones"
-    ev --data "$RUN/data_unseen/test.parquet" --include-unseen --prompt-template "$RUN/prompt_template_unseen.txt" \
-      --rollout hf --constrain-names --out "$RUN/eval_unseen_constrained"
+    offered --rollout hf --constrain-names --out "$RUN/eval_unseen_constrained"
     python3 scripts/paired_evals.py "$RUN/eval_unseen" "$RUN/eval_unseen_constrained" --out "$RUN/paired_constrained.json"
   fi
   stage done
