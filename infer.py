@@ -39,7 +39,7 @@ STYLE = {"think": "2", "route": "36", "info": "33", "answer": "1;32", "bad": "31
 class InferConfig(PoolFlags, EnvOverrides, Decoding):
     """infer.py's settings; each field is a flag (router_r1/flags.py)."""
 
-    question: str = field(default="", metadata={"required": True})  # the question to route (the embedded pool answers questions about its made-up world, data_process/sim_qa.py)
+    question: str = field(default="", metadata={"required": True})  # the question to route (the embedded pool answers questions about its made-up world, sim/qa.py)
     checkpoint: str = str(DEFAULT_CHECKPOINT)  # HF model dir, or a run's output dir (default: the embedded one, outputs/embedded/hf)
     sim_latency: float = 1.0  # scale of the simulated latencies (0: the sim answers at once)
     prompt_template: Optional[str] = None  # template file of the router prompt (default: the checkpoint's prompt_template.txt, else the default template)

@@ -67,7 +67,7 @@ $PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" --noise "
   --confuse "$CONFUSE" --rename "$RENAME" $([ "$WHOLE_NAMES" = 1 ] && echo --whole-names) --report
 
 stage "2/5 simulated QA data"
-$PY -m data_process.sim_qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" \
+$PY -m sim.qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" \
   --train-size 2000 --val-size 100 --test-size 300
 
 stage "3/5 supervised warm start"

@@ -17,9 +17,9 @@ the annotator wrongly takes for that domain's specialist (the cheap model weakes
 a systematic slip, so the supervised policy's greedy choice for that domain is the wrong
 expert, and RL, which samples the right one too and is paid for it, can undo it.
 With `rename` a share of trajectories have their entities renamed to others of the world
-(data_process/name_swap.py), and `whole_names` keeps each multi-word name one token: together
+(sim/name_swap.py), and `whole_names` keeps each multi-word name one token: together
 they teach the small policy to copy any name (docs/results/router_quality). With `vary_pool` a share of
-rows list their own pool (data_process/pool_variation.py: random subsets, orders, names and prices) and route
+rows list their own pool (sim/pool_variation.py: random subsets, orders, names and prices) and route
 to the cheapest listed model naming the hop's domain, so the policy reads the listing instead of memorising
 it, and a model it never saw can be picked from its line (docs/results/unseen_model). With `add_rival` a share
 of rows list the pool's own models plus one made-up rival line, so the familiar listing obeys that rule too.
@@ -51,14 +51,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from data_process.build_qa import REPO_ROOT, make_prompter, size_arg
-from data_process.name_swap import EntityNames
-from data_process.name_swap import apply as apply_names
-from data_process.pool_variation import BANK_SIZE, RIVAL_CHEAPER, Listing, PoolVariation, canonical_listing, name_bank
+from sim.name_swap import EntityNames
+from sim.name_swap import apply as apply_names
+from sim.pool_variation import BANK_SIZE, RIVAL_CHEAPER, Listing, PoolVariation, canonical_listing, name_bank
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
-from router_r1.pool.sim_backend import SimBackend, SimExpert, last_user_text
-from router_r1.pool.sim_world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, SimQuestion, SimWorld
-from router_r1.embedded import COMPACT_TEMPLATE, priced_name, world_words
+from sim.backend import SimBackend, SimExpert, last_user_text
+from sim.world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, SimQuestion, SimWorld
+from sim.embedded import COMPACT_TEMPLATE, priced_name, world_words
 from router_r1.prompts import TemplateError, build_router_prompt, fill_template, load_template, submodel_messages
 from router_r1.actions import Action, format_observation, invalid_observation, render_route
 from router_r1.reward.format import check_format
@@ -71,7 +71,7 @@ BIG = "big"  # the cautious annotator's mode: everything to the strongest genera
 NO_ANSWER = "unknown"
 FALLBACKS = ("best", "listed")  # OracleConfig.fallback
 DRILL = "drill"  # the mode of a fallback_drill row
-# Replies that carry no answer up front (see sim_backend: "I don't know ...", CANT_TELL, ...).
+# Replies that carry no answer up front (see sim/backend.py: "I don't know ...", CANT_TELL, ...).
 _NO_ANSWER_MARKS = ("i don't know", "i'm sorry", "i know of")
 _UNBOUNDED = 10**9  # the oracle never cuts a reply; the rollout's max_obs_length must be above the longest
 
@@ -105,7 +105,7 @@ class OracleConfig:
     # learns to copy names in general, also those the SFT data never showed (about 1 test question in 5)
     freeze_names: bool = False
     # Share of trajectories whose names are renamed, consistently, to other names of the world
-    # (data_process/name_swap.py): the copies then cover the whole world, not only the train questions' entities
+    # (sim/name_swap.py): the copies then cover the whole world, not only the train questions' entities
     rename: float = 0.0
     # Share of rows whose prompt lists a pool of its own (pool_variation.PoolVariation), its names from a bank
     # (whole tokens), routed to the cheapest listed model naming the domain
@@ -431,7 +431,7 @@ def token_names(pool: str | Path, world: SimWorld, name_tokens: bool = True, who
     """Words the tokenizer keeps whole: the model names (`models`, default the pool's), the world's names
     (name_tokens) and each multi-word entity name (whole_names: a copy is one step, not name, space, name in
     the right order)."""
-    from router_r1.embedded import world_words
+    from sim.embedded import world_words
 
     if whole_names and not name_tokens:
         raise ValueError("--whole-names needs the names as whole tokens (drop --no-name-tokens)")
@@ -444,7 +444,7 @@ def token_names(pool: str | Path, world: SimWorld, name_tokens: bool = True, who
 
 def own_template(out: Path, prompt_template: str | Path | None, pool: str | Path) -> Path:
     """OUT/prompt_template.txt: a copy of `prompt_template`, or the compact template over the pool's seen models."""
-    from router_r1.embedded import render_compact_template
+    from sim.embedded import render_compact_template
 
     template = out / "prompt_template.txt"
     if prompt_template:
@@ -606,7 +606,7 @@ def run(cfg: OracleConfig) -> dict:
     """Write the oracle parquet (and template, tokenizer, model config); return what was written."""
     import pandas as pd
 
-    from router_r1.embedded import build_tokenizer, render_compact_template, world_words, write_model_config
+    from sim.embedded import build_tokenizer, render_compact_template, world_words, write_model_config
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -686,7 +686,7 @@ def parse_args(argv: list[str] | None = None) -> OracleConfig:
                    help="leave the world's names to the BPE instead of one whole token each")
     p.add_argument("--vary-pool", type=float, default=0.0,
                    help="share of rows whose prompt lists a pool of its own (random models, names from a bank, "
-                        "prices), routed to the cheapest listed model naming the domain (data_process/pool_variation.py)")
+                        "prices), routed to the cheapest listed model naming the domain (sim/pool_variation.py)")
     p.add_argument("--add-rival", type=float, default=0.0,
                    help="share of rows whose prompt lists the pool's own models plus one made-up model (a rival "
                         "line, cheaper --rival-cheaper of the time), routed to the cheapest listed model naming the domain")

@@ -49,8 +49,8 @@ from data_process import sim_oracle
 from data_process.sim_oracle import (DEFAULT_POOL, NOISE_MODES, Oracle, Renamer, Trajectory, chat_text, pick_mode,
                                      token_names)
 from router_r1.pool.registry import ModelRegistry, ModelSpec
-from router_r1.pool.sim_backend import SimBackend
-from router_r1.pool.sim_world import DEFAULT_ENTITIES, RELATIONS, SimQuestion, SimWorld
+from sim.backend import SimBackend
+from sim.world import DEFAULT_ENTITIES, RELATIONS, SimQuestion, SimWorld
 from router_r1.prompts import build_router_prompt, load_template, submodel_messages
 from router_r1.reward.cost import CostNormalizer, cost_reward
 from router_r1.reward.format import check_format
@@ -317,7 +317,7 @@ def run(cfg: AlphaOracleConfig) -> dict:
     """Write the oracle parquet, the template (and tokenizer, model config); return what was written."""
     import pandas as pd
 
-    from router_r1.embedded import build_tokenizer, write_model_config
+    from sim.embedded import build_tokenizer, write_model_config
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -31,8 +31,8 @@ from data_process.schema import DataBuildError
 from data_process import sim_oracle
 from data_process.sim_oracle import DEFAULT_POOL, NOISE_MODES, Oracle, Trajectory, pick_mode
 from router_r1.pool.registry import ModelRegistry, ModelSpec
-from router_r1.pool.sim_backend import SimBackend
-from router_r1.pool.sim_world import RELATIONS, SimQuestion
+from sim.backend import SimBackend
+from sim.world import RELATIONS, SimQuestion
 from router_r1.prompts import budget_exhausted_message
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score

@@ -40,7 +40,7 @@ from router_r1.pool.client import PoolClient, ReplyLimits, RouteRequest
 from router_r1.pool.health import PoolHealth
 from router_r1.pool.preflight import pool_problems
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_truth import SimTruth
+from sim.truth import SimTruth
 from router_r1.prompts import build_router_prompt, load_template
 from router_r1.actions import STOP_STRINGS
 from router_r1.name_constraint import RouteNameConstraint

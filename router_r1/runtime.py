@@ -23,7 +23,7 @@ import numpy as np
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.server import ServerThread
-from router_r1.pool.sim_backend import SimBackend, SimProfileError
+from sim.backend import SimBackend, SimProfileError
 from router_r1.prompts import DEFAULT_TEMPLATE, TemplateError, load_template
 from router_r1.router_env import SCHEDULES, RouterEnv, RouterEnvConfig, make_env
 from router_r1.reward.format import FORMAT_RULE_SETS

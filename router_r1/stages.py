@@ -5,9 +5,9 @@ Each stage is a 0/1 value per trajectory, or None where it does not apply:
     format_ok      the trajectory passes the format check
     copy_ok        the first sub-question keeps every named entity of the question (whole words, any
                    case); entities from the simulated world's parse, else runs of capitalised words
-                   (router_r1/pool/sim_truth.capitalised_entities). None without a pool call or entity.
+                   (sim/truth.capitalised_entities). None without a pool call or entity.
     expert_ok      every call whose sub-question the world can read went to an expert that knows it
-                   (P(right) within KNOW_MARGIN of the best routable expert, router_r1/pool/sim_truth.py)
+                   (P(right) within KNOW_MARGIN of the best routable expert, sim/truth.py)
     expert_best    ... and to the cheapest such expert (the oracle's pick). Both need a simulated pool.
     gold_in_info   a gold answer appears (normalised, whole words) in an <information> the router got
     em_given_gold  EM, among trajectories with gold_in_info: 1 - this is the share lost after the pool
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 
-from router_r1.pool.sim_truth import SimTruth, capitalised_entities
+from sim.truth import SimTruth, capitalised_entities
 from router_r1.reward.qa_em import normalize_answer, usable_golds
 
 STAGES = ("format_ok", "copy_ok", "expert_ok", "expert_best", "gold_in_info", "em_given_gold", "decomposed")

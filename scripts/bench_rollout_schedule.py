@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 from router_r1.pool.client import PoolClient  # noqa: E402
 from router_r1.pool.registry import ModelRegistry  # noqa: E402
 from router_r1.pool.server import ServerThread, SimBackend  # noqa: E402
-from router_r1.pool.sim_world import SimWorld  # noqa: E402
+from sim.world import SimWorld  # noqa: E402
 from router_r1.prompts import build_router_prompt, load_template  # noqa: E402
 from router_r1.router_env import RouterEnvConfig, make_env  # noqa: E402
 from verl.trainer.dataset import PromptRow  # noqa: E402

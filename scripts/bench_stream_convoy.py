@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_rollout_schedule import SIM, Cost, EmulatedSlots, Script, bench_env  # noqa: E402
 from router_r1.pool.registry import ModelRegistry  # noqa: E402
-from router_r1.pool.sim_world import SimWorld  # noqa: E402
+from sim.world import SimWorld  # noqa: E402
 from router_r1.prompts import build_router_prompt  # noqa: E402
 from verl.trainer.dataset import PromptRow  # noqa: E402
 from verl.trainer.streaming import StreamingRollout  # noqa: E402

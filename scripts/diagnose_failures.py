@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from router_r1.pool.sim_world import SimWorld  # noqa: E402
+from sim.world import SimWorld  # noqa: E402
 from router_r1.reward.qa_em import em_score  # noqa: E402
 
 KINDS = ("ok", "format", "no_route", "bad_query", "no_answer", "wrong_reply", "copy_slip")

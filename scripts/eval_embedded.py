@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from data_process.sim_qa import SimConfig, draw_questions  # noqa: E402
-from router_r1.embedded import render_compact_template  # noqa: E402
+from sim.qa import SimConfig, draw_questions  # noqa: E402
+from sim.embedded import render_compact_template  # noqa: E402
 from router_r1.flags import add_flags, from_args  # noqa: E402
 from router_r1.pool.registry import ModelRegistry  # noqa: E402
 from router_r1.prompts import build_router_prompt, load_template  # noqa: E402

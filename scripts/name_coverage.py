@@ -13,8 +13,8 @@ import re
 
 import pandas as pd
 
-from router_r1.embedded import world_words
-from router_r1.pool.sim_world import DEFAULT_ENTITIES, SimWorld
+from sim.embedded import world_words
+from sim.world import DEFAULT_ENTITIES, SimWorld
 
 
 def coverage(oracle: pd.DataFrame, test: pd.DataFrame, words: set[str]) -> dict:
@@ -35,7 +35,7 @@ def coverage(oracle: pd.DataFrame, test: pd.DataFrame, words: set[str]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--oracle", required=True, help="the SFT data (data_process.sim_oracle's oracle.parquet)")
-    p.add_argument("--test", required=True, help="the test questions (data_process.sim_qa's test.parquet)")
+    p.add_argument("--test", required=True, help="the test questions (sim.qa's test.parquet)")
     p.add_argument("--world-seed", type=int, default=0, help="the simulated world's seed")
     p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES, help="entities per type of the world")
     a = p.parse_args()

@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_backend import SimBackend
+from sim.backend import SimBackend
 from router_r1.prompts import build_router_prompt, submodel_messages
 from router_r1.actions import NO_REPLY_TEXT, wrap_information
 from tiny import tiny_model, tiny_tokenizer

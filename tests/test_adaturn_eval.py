@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import infer
-from data_process.sim_qa import SimConfig, build_sim
+from sim.qa import SimConfig, build_sim
 from router_r1.eval.evaluate import (EvalConfig, EvalError, Policy, evaluate, open_pool, parse_args,
                                      with_training_shape)
 from router_r1.eval.evaluate import main as evaluate_main

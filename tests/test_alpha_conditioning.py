@@ -10,7 +10,7 @@ from router_r1.router_env import make_env as factory
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread, SimBackend
-from router_r1.pool.sim_world import SimWorld
+from sim.world import SimWorld
 from router_r1.prompts import TemplateError, alpha_text, build_router_prompt
 from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.score import compute_scores

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from router_r1.pool.sim_world import SimWorld
+from sim.world import SimWorld
 
 ROOT = Path(__file__).resolve().parents[1]
 EMB, ADA = ROOT / "docs/results/embedded_cpu", ROOT / "docs/results/adaturn_cpu"

@@ -261,14 +261,14 @@ def test_draws_share_a_small_file_and_too_few_rows_fail_before_drawing(tmp_path,
     assert not (tmp_path / "c").exists()
 
 
-# ---- the simulated world's data (data_process.sim_qa) -------------------------------------
+# ---- the simulated world's data (sim.qa) -------------------------------------
 
 SIM_SIZES = dict(train_size=40, val_size=10, test_size=20)
 
 
 @pytest.fixture(scope="module")
 def sim_built(tmp_path_factory):
-    from data_process.sim_qa import SimConfig, build_sim
+    from sim.qa import SimConfig, build_sim
 
     out = tmp_path_factory.mktemp("sim")
     return out, build_sim(SimConfig(out_dir=out, **SIM_SIZES))
@@ -285,7 +285,7 @@ def _answer_in_world(world, question):
 
 
 def test_sim_files_schema_and_answers(sim_built):
-    from router_r1.pool.sim_world import SimWorld
+    from sim.world import SimWorld
 
     out, written = sim_built
     assert {Path(p).name: n for p, n in written.items()} == {"train.parquet": 40, "val.parquet": 10, "test.parquet": 20}
@@ -309,7 +309,7 @@ def test_sim_files_schema_and_answers(sim_built):
 
 
 def test_sim_prompt_lists_the_sim_pool_and_is_deterministic(tmp_path, sim_built):
-    from data_process.sim_qa import DEFAULT_POOL, SimConfig, build_sim
+    from sim.qa import DEFAULT_POOL, SimConfig, build_sim
 
     out, _ = sim_built
     seen = ModelRegistry.from_yaml(DEFAULT_POOL).seen()
@@ -326,7 +326,7 @@ def test_sim_prompt_lists_the_sim_pool_and_is_deterministic(tmp_path, sim_built)
 
 
 def test_sim_too_many_questions_is_a_clear_error(tmp_path, capsys):
-    from data_process.sim_qa import main as sim_main
+    from sim.qa import main as sim_main
 
     assert sim_main(["--out-dir", str(tmp_path), "--test-size", "100000"]) == 1
     assert "test questions asked, only" in capsys.readouterr().err and not any(tmp_path.iterdir())

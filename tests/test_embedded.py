@@ -13,13 +13,13 @@ import torch
 from transformers import AutoTokenizer
 
 from data_process.sim_oracle import NO_ANSWER, main as oracle_main, reply_answer, report
-from router_r1.embedded import (EMBEDDED_MODEL, compact_pool_text, model_topics, render_compact_template,
+from sim.embedded import (EMBEDDED_MODEL, compact_pool_text, model_topics, render_compact_template,
                                 world_words)
 from router_r1.pool.client import PoolClient, RouteRequest
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread
-from router_r1.pool.sim_backend import SimBackend
-from router_r1.pool.sim_world import SimWorld
+from sim.backend import SimBackend
+from sim.world import SimWorld
 from router_r1.prompts import build_router_prompt, pool_descriptors
 from router_r1.actions import TAGS, format_observation, parse_action
 from router_r1.reward.format import check_format

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data_process.sim_qa import SimConfig, build_sim
+from sim.qa import SimConfig, build_sim
 from router_r1.eval.baselines import reply_answer
 from router_r1.eval.evaluate import (EvalConfig, EvalError, Policy, evaluate, find_data_files, load_policy,
                                      load_rows)
@@ -24,7 +24,7 @@ from router_r1.eval.evaluate import main as evaluate_main
 from router_r1.eval import report
 from router_r1.eval.report import bootstrap_ci, pareto_front
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_backend import SimBackend
+from sim.backend import SimBackend
 from router_r1.prompts import submodel_messages
 from router_r1.reward.qa_em import em_score
 from tiny import tiny_model

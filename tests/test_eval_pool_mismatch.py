@@ -4,7 +4,7 @@ from pathlib import Path
 import yaml
 from tiny import tiny_tokenizer
 
-from data_process.sim_qa import SimConfig, build_sim
+from sim.qa import SimConfig, build_sim
 from router_r1.eval.evaluate import EvalConfig, Policy, evaluate, load_rows, prompt_pool_mismatch
 from router_r1.pool.registry import ModelRegistry
 from verl.workers.rollout.base import GenOutput

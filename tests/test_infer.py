@@ -12,8 +12,8 @@ import infer
 from router_r1.eval.baselines import reply_answer
 from router_r1.eval.evaluate import Policy, open_pool
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_backend import SimBackend
-from router_r1.pool.sim_world import SimWorld
+from sim.backend import SimBackend
+from sim.world import SimWorld
 from router_r1.prompts import submodel_messages
 from router_r1.reward.qa_em import em_score
 from router_r1.router_env import RouterEnvConfig

@@ -153,7 +153,7 @@ def test_an_evaluation_with_constrain_names_runs_the_constraint_through_the_hf_e
     import json
     from dataclasses import replace
 
-    from data_process.sim_qa import SimConfig, build_sim
+    from sim.qa import SimConfig, build_sim
     from router_r1.eval.evaluate import EvalConfig, evaluate
 
     (tmp_path / "template.txt").write_text("Route or answer.\n{budget}Question: {question}\n")
@@ -184,7 +184,7 @@ def test_an_evaluation_with_constrain_names_runs_the_constraint_through_the_hf_e
 def test_the_cli_decodes_a_run_saved_with_constrain_names_on_the_hf_engine(tmp_path, tok, monkeypatch):
     """No flag: the checkpoint's run_config.yaml says env.constrain_names, and the CLI's loader reads the resolved
     settings (not the unset flag), so the policy is built for the constraint."""
-    from data_process.sim_qa import SimConfig, build_sim
+    from sim.qa import SimConfig, build_sim
     from router_r1.eval import evaluate as evaluate_module
     from verl.trainer.main_ppo import load_config
     from verl.trainer.config import save_run_config

@@ -2,9 +2,9 @@
 import random
 import re
 
-from data_process.name_swap import EntityNames, apply
+from sim.name_swap import EntityNames, apply
 from data_process.sim_oracle import main as oracle_main
-from router_r1.pool.sim_world import SimWorld
+from sim.world import SimWorld
 from verl.trainer.sft_data import load_rows
 
 WORLD = SimWorld(seed=0, n_entities_per_type=20)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from data_process.pool_variation import Line, Listing, canonical_listing
+from sim.pool_variation import Line, Listing, canonical_listing
 from data_process.sim_oracle import (Oracle, OracleConfig, build_rows, main as oracle_main, own_template, reply_answer, twin,
                                      twinned)
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_backend import SimBackend
-from router_r1.pool.sim_world import SimWorld
+from sim.backend import SimBackend
+from sim.world import SimWorld
 
 ROOT = Path(__file__).resolve().parents[1]
 UNSEEN = ROOT / "configs" / "pool" / "sim_unseen.yaml"

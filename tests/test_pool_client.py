@@ -477,7 +477,7 @@ def test_cut_and_capped_calls_reach_the_turn_record_and_the_step_metrics(server)
 @pytest.mark.parametrize("reply", ["deep", "latin1"])
 def test_an_evaluation_against_a_hostile_pool_reports_it_and_exits_3(tmp_path, capsys, reply):
     # before: exit 1 with a traceback, no summary and an empty trajectories file
-    from data_process.sim_qa import SimConfig, build_sim
+    from sim.qa import SimConfig, build_sim
     from router_r1.eval.evaluate import main as evaluate_main
 
     build_sim(SimConfig(out_dir=tmp_path / "data", train_size=1, val_size=1, test_size=4))

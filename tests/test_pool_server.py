@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from router_r1.pool.server import FaultConfig, ServerThread, SimBackend, main
-from router_r1.pool.sim_world import count_tokens
+from sim.world import count_tokens
 from router_r1.prompts import submodel_messages
 
 ROOT = Path(__file__).resolve().parents[1]

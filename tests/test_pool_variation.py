@@ -1,4 +1,4 @@
-"""Varied pool listings in the oracle's SFT rows (--vary-pool, data_process/pool_variation.py).
+"""Varied pool listings in the oracle's SFT rows (--vary-pool, sim/pool_variation.py).
 
 Each varied row lists its own models (subset, order, names, prices); its routes must name a listed model,
 the oracle's first ask per hop must be the cheapest listed line naming the hop's domain, every shown name
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from data_process.pool_variation import Line, Listing, PoolVariation, canonical_listing, name_bank, strong_domains
+from sim.pool_variation import Line, Listing, PoolVariation, canonical_listing, name_bank, strong_domains
 from data_process.sim_oracle import OracleConfig, build_rows, main as oracle_main, own_template
-from router_r1.embedded import compact_pool_text
+from sim.embedded import compact_pool_text
 from router_r1.pool.registry import ModelRegistry, normalize_name
-from router_r1.pool.sim_backend import SimBackend
-from router_r1.pool.sim_world import DOMAINS
+from sim.backend import SimBackend
+from sim.world import DOMAINS
 from router_r1.prompts import submodel_messages
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import FaultConfig, ServerThread, SimBackend
-from router_r1.pool.sim_world import SimWorld
+from sim.world import SimWorld
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import NO_REPLY_TEXT
 from router_r1.router_env import RouterEnv, RouterEnvConfig

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_process.sim_qa import SimConfig, build_sim
+from sim.qa import SimConfig, build_sim
 from router_r1.eval.baselines import BaselineError, parse_baselines
 from router_r1.eval.embed import HashedNgramEmbedder, make_embedder
 from router_r1.eval.evaluate import EvalConfig, EvalError, evaluate, open_pool
@@ -15,8 +15,8 @@ from router_r1.eval.routing_baselines import (learned_picks, oracle_episodes, or
                                               train_outcomes)
 from router_r1.pool.client import PoolResult
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_truth import SimTruth, capitalised_entities
-from router_r1.pool.sim_world import SimWorld
+from sim.truth import SimTruth, capitalised_entities
+from sim.world import SimWorld
 from router_r1.reward.qa_em import em_score
 
 REPO = Path(__file__).resolve().parents[1]

@@ -82,7 +82,7 @@ def test_flags_come_from_the_dataclass_with_defaults_and_help():
 def test_the_docs_infer_questions_are_about_the_simulated_world():
     """The embedded pool answers questions about its made-up world: the examples must name its entities and a
     relation it knows (a name outside it made the router invent an answer)."""
-    from router_r1.pool.sim_world import SimWorld
+    from sim.world import SimWorld
 
     world = SimWorld(seed=0)
     asked = [q for doc in ("README.md", "docs/usage.md", "infer.py")

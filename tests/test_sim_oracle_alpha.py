@@ -8,12 +8,12 @@ import pytest
 
 from data_process.sim_oracle_alpha import (GUESS, AlphaOracle, AlphaOracleConfig, alpha0_costs, build_rows,
                                            main, parse_args, plan_shift, run)
-from data_process.name_swap import EntityNames
+from sim.name_swap import EntityNames
 from data_process.sim_oracle import DEFAULT_POOL
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_backend import SimBackend
-from router_r1.pool.sim_world import SimWorld
+from sim.backend import SimBackend
+from sim.world import SimWorld
 from router_r1.prompts import alpha_text, load_template
 from router_r1.reward.cost import CostNormalizer, cost_reward
 from router_r1.reward.score import RewardConfig, compute_score

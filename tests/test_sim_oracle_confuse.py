@@ -10,7 +10,7 @@ from pathlib import Path
 
 from data_process.sim_oracle import main as oracle_main
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_backend import SimBackend
+from sim.backend import SimBackend
 from verl.trainer.sft_data import load_rows
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"

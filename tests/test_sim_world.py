@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_backend import CANT_TELL, SimBackend, SimProfileError
-from router_r1.pool.sim_world import DOMAINS, RELATIONS, SimWorld, count_tokens, truncate_tokens
+from sim.backend import CANT_TELL, SimBackend, SimProfileError
+from sim.world import DOMAINS, RELATIONS, SimWorld, count_tokens, truncate_tokens
 from router_r1.prompts import submodel_messages
 from router_r1.reward.qa_em import normalize_answer
 
@@ -47,7 +47,7 @@ def _leads_with(reply: str, answer: str) -> bool:
 _DIGEST_CODE = """
 import hashlib, json, sys
 from dataclasses import asdict
-from router_r1.pool.sim_world import SimWorld
+from sim.world import SimWorld
 w = SimWorld(seed=int(sys.argv[1]), n_entities_per_type=20)
 qs = w.questions(60, seed=3, split="train") + w.questions(20, seed=3, split="test")
 blob = json.dumps([sorted(w.facts.items()), [asdict(q) for q in qs]], sort_keys=True)
@@ -309,7 +309,7 @@ def test_world_size_reaches_the_data_the_oracle_and_the_pool_server(tmp_path):
     import pandas as pd
 
     from data_process.sim_oracle import OracleConfig, run
-    from data_process.sim_qa import SimConfig, draw_questions
+    from sim.qa import SimConfig, draw_questions
     from router_r1.pool.server import _build_backend, _parse_args
 
     small, big = SimWorld(seed=0, n_entities_per_type=8), SimWorld(seed=0, n_entities_per_type=16)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_truth import SimTruth
+from sim.truth import SimTruth
 from router_r1.stages import STAGES, stage_metrics, stage_rates, trajectory_stages
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"

@@ -11,7 +11,7 @@ import torch
 from test_rollout_manager import make_env, make_rows, scripted_policy
 from test_trainer import by_step, config
 from router_r1.pool.server import ServerThread, SimBackend
-from router_r1.pool.sim_world import SimWorld
+from sim.world import SimWorld
 from verl.trainer.dataset import train_batch_indices
 from verl.trainer.main_ppo import run
 from verl.trainer.ppo_trainer import PPOTrainer

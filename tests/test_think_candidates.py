@@ -7,7 +7,7 @@ without the flag the rows are those built without it.
 import re
 from pathlib import Path
 
-from data_process.pool_variation import Line, Listing
+from sim.pool_variation import Line, Listing
 from data_process.sim_oracle import OracleConfig, build_rows, main as oracle_main, own_template
 from router_r1.pool.registry import ModelRegistry
 

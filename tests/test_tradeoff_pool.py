@@ -3,8 +3,8 @@ import pytest
 
 from data_process.sim_oracle_alpha import GUESS, AlphaOracle, alpha0_costs, plan_shift
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_backend import SimBackend
-from router_r1.pool.sim_world import SimWorld
+from sim.backend import SimBackend
+from sim.world import SimWorld
 
 POOL = "configs/pool/sim_tradeoff.yaml"
 ALPHAS = (0.0, 0.3, 0.6, 0.9)

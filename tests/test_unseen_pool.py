@@ -10,12 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from data_process.sim_qa import SimConfig, build_sim
-from router_r1.embedded import compact_pool_text
+from sim.qa import SimConfig, build_sim
+from sim.embedded import compact_pool_text
 from router_r1.eval.evaluate import EvalConfig, Policy, evaluate
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_truth import SimTruth
-from router_r1.pool.sim_world import SimWorld
+from sim.truth import SimTruth
+from sim.world import SimWorld
 from verl.workers.rollout.base import GenOutput
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ def test_the_unseen_model_is_the_best_value_on_science_and_says_so():
 def test_the_validation_probe_is_another_new_model_on_another_domain():
     """sim_probe.yaml: the same six seen models, and GeoMind-3B the best value on geography; no bank name (plain or
     styled) is it, so no training row names it, and it is not the test's unseen model."""
-    from data_process.pool_variation import name_bank
+    from sim.pool_variation import name_bank
     from router_r1.pool.registry import normalize_name
 
     probe = ModelRegistry.from_yaml(REPO / "configs" / "pool" / "sim_probe.yaml")

@@ -53,7 +53,7 @@ from router_r1.eval.baselines import (DIRECT_MAX_TURNS, ROUTER_KINDS, Baseline, 
 from router_r1.flags import from_args, parser_for
 from router_r1.pool.health import PoolFailureError
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_truth import SimTruth
+from sim.truth import SimTruth
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
@@ -389,7 +389,7 @@ def check_row_prompts(rows: list[EvalRow], policy: Policy, log=print) -> None:
         return
     if policy.template is not None:
         raise EvalError(f"{problem}. Rebuild the data with that template (python -m data_process.build_qa / "
-                        "data_process.sim_qa --prompt-template FILE), or pass --prompt-template with the one the "
+                        "sim.qa --prompt-template FILE), or pass --prompt-template with the one the "
                         "data was built with")
     log(f"WARNING: {problem}. The checkpoint carries no prompt_template.txt: if it was trained on this data's "
         "template, pass that file as --prompt-template")

@@ -1,6 +1,6 @@
 """Routing baselines: who should get the question, decided without the policy.
 
-oracle       the simulated world's answer (router_r1/pool/sim_truth.py): the question, verbatim, to the
+oracle       the simulated world's answer (sim/truth.py): the question, verbatim, to the
              cheapest expert that knows it (for one fact, the domain's cheap specialist; for two facts
              asked whole, the strong generalist whose expected P(right) is best). One call.
 oracle-hops  the ceiling of a decomposing router: each fact's one-hop question to the cheapest expert
@@ -25,7 +25,7 @@ from router_r1.eval.embed import make_embedder
 from router_r1.eval.learned_routers import KnnRouter, MlpRouter, Outcomes, choose, cost_bounds, select_k
 from router_r1.pool.client import PoolClient, PoolResult, RouteRequest
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_truth import SimTruth
+from sim.truth import SimTruth
 from router_r1.reward.qa_em import em_score
 
 

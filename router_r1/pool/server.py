@@ -37,8 +37,8 @@ from router_r1.pool import chat_fields
 from router_r1.pool.errors import BadRequest, Overloaded
 from router_r1.pool.openai_http import (MODEL_KEY, ServerSettings, application, bad_request_response,
                                         error_response, models_handler, read_json, serve_until_signal, start_site)
-from router_r1.pool.sim_backend import SimBackend
-from router_r1.pool.sim_world import DEFAULT_ENTITIES, SimWorld
+from sim.backend import SimBackend
+from sim.world import DEFAULT_ENTITIES, SimWorld
 
 __all__ = ["Backend", "FaultConfig", "Overloaded", "ServerSettings", "ServerThread", "SimBackend", "make_pool_app",
            "main"]

@@ -69,10 +69,10 @@ for a in $FIXED_DATA; do
     --no-alpha-text --noise "$NOISE" --rename "$RENAME" --prompt-template "$TEMPLATE" --no-tokenizer \
     > "$OUT/logs/oracle_fixed_$a.txt"
 done
-$PY -m data_process.sim_qa --out-dir "$OUT/data" --pool "$POOL" --prompt-template "$TEMPLATE" \
+$PY -m sim.qa --out-dir "$OUT/data" --pool "$POOL" --prompt-template "$TEMPLATE" \
   --train-size "$TRAIN_SIZE" --val-size "$VAL_SIZE" --test-size "$TEST_SIZE"
 # the same compact template listing every model of the pool, the unseen one too (the --include-unseen runs' prompts)
-$PY -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
+$PY -c 'import sys; from sim.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
 sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))' "$POOL" > "$OUT/prompt_template_unseen.txt"
 
 sft() {  # train.sh's stage 3 on $1's oracle.parquet into $2, with the conditioned set's tokenizer and model config

@@ -47,7 +47,7 @@ for a in $ALPHAS; do
   python -m data_process.sim_oracle_alpha --out-dir "$OUT/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" --alphas "$a" \
     --no-alpha-text --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer > "$OUT/logs/oracle_fixed_$a.txt"
 done
-python -m data_process.sim_qa --out-dir "$OUT/data" --pool "$POOL" --prompt-template "$TEMPLATE" \
+python -m sim.qa --out-dir "$OUT/data" --pool "$POOL" --prompt-template "$TEMPLATE" \
   --train-size "$TRAIN_SIZE" --val-size "$VAL_SIZE" --test-size "$TEST_SIZE" > "$OUT/logs/qa.txt"
 
 sft() {  # run_alpha.sh's sft(): $1's oracle.parquet into $2, with the tokenizer, model config and template of

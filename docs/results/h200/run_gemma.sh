@@ -16,7 +16,7 @@ RUN=${RUN:-/tmp/gemma_run}
 TOKENIZER=${TOKENIZER:-$GGUF}
 # hf_static (static cache, CUDA graphs) if it decodes this model as the plain loop does, else hf
 if [ -z "${ROLLOUT:-}" ]; then
-  python -m data_process.sim_qa --out-dir "$RUN/check" --train-size 8 --val-size 8 --test-size 8 > /dev/null
+  python -m sim.qa --out-dir "$RUN/check" --train-size 8 --val-size 8 --test-size 8 > /dev/null
   python scripts/check_rollout_backends.py --model "$GGUF" --tokenizer "$TOKENIZER" --data "$RUN/check/test.parquet" \
     | tee "$RESULTS/check_rollout_backends.txt"
   grep -Eq "^[78] of 8 prompts decoded identically" "$RESULTS/check_rollout_backends.txt" && ROLLOUT=hf_static || ROLLOUT=hf

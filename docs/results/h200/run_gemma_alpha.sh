@@ -74,7 +74,7 @@ SHAPE=(--max-turns 3 --max-obs-length 128 --response-length 64 --max-response-le
       --alphas "$a" --no-alpha-text --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer &
   done
   # run_alpha.sh's sizes, so the test questions are docs/results/alpha_tradeoff's (its baselines' summary)
-  python3 -m data_process.sim_qa --out-dir "$RUN/data" --pool "$POOL" --prompt-template "$TEMPLATE" \
+  python3 -m sim.qa --out-dir "$RUN/data" --pool "$POOL" --prompt-template "$TEMPLATE" \
     --train-size 2000 --val-size 100 --test-size "$TEST_SIZE" &
   wait
   fi

@@ -46,7 +46,7 @@ CONSTRAIN=${CONSTRAIN:-0} HF_FREE=${HF_FREE:-0}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$([ "$THINK" = 1 ] && echo 128 || echo 64)}
 export TOKENIZERS_PARALLELISM=false
 # the compact template listing every model of a pool yaml, the unseen ones too
-compact_template() { python3 -c 'import sys; from router_r1.embedded import render_compact_template
+compact_template() { python3 -c 'import sys; from sim.embedded import render_compact_template
 from router_r1.pool.registry import ModelRegistry
 sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))' "$1"; }
 (
@@ -61,10 +61,10 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
     --vary-pool "$VARY" --add-rival "$RIVAL" "${THINK_FLAG[@]}" --fallback "$FALLBACK" --fallback-drill "$DRILL" \
     --seed "$SEED" --bank-size "$BANK" "${STYLE_FLAG[@]}" --rival-cheaper "$RIVAL_CHEAPER" --misname-drill "$MISNAME" \
     --pool "$POOL" --report
-  python3 -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
+  python3 -m sim.qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
   compact_template "$POOL" > "$RUN/prompt_template_unseen.txt"
-  python3 -m data_process.sim_qa --out-dir "$RUN/data_unseen" --prompt-template "$RUN/prompt_template_unseen.txt" \
+  python3 -m sim.qa --out-dir "$RUN/data_unseen" --prompt-template "$RUN/prompt_template_unseen.txt" \
     --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
   stage "supervised warm start (pipeline_gemma_s8's settings)"
   python3 -m verl.trainer.sft --data "$RUN/oracle/oracle.parquet" --model "$MODEL" --tokenizer "$TOKENIZER" \
@@ -88,7 +88,7 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
     compact_template "$PROBE_POOL" > "$RUN/prompt_template_probe.txt"
     # the same test size as above: validation questions never repeat a test question's facts
     for d in data_val:"$RUN/oracle/prompt_template.txt" data_probe:"$RUN/prompt_template_probe.txt"; do
-      python3 -m data_process.sim_qa --out-dir "$RUN/${d%%:*}" --prompt-template "${d#*:}" --train-size 10 \
+      python3 -m sim.qa --out-dir "$RUN/${d%%:*}" --prompt-template "${d#*:}" --train-size 10 \
         --val-size "$TEST_SIZE" --test-size "$TEST_SIZE"
     done
     ev --data "$RUN/data_val/val.parquet" --pool "$PROBE_POOL" --out "$RUN/eval_val_seen"

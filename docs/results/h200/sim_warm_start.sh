@@ -3,7 +3,7 @@
 # The H200 scripts call it once per fresh machine (when $W/sft/config.json is missing).
 sim_warm_start() {
   $PY -m data_process.sim_oracle --out-dir "$W/oracle" --n "$N_ORACLE" --world-entities 150 --noise 0.3 --prefer-big 0.5 --report &&
-  $PY -m data_process.sim_qa --out-dir "$W/data" --prompt-template "$W/oracle/prompt_template.txt" --world-entities 150 \
+  $PY -m sim.qa --out-dir "$W/data" --prompt-template "$W/oracle/prompt_template.txt" --world-entities 150 \
     --train-size 2000 --val-size 200 --test-size 300 &&
   $PY -m verl.trainer.sft --data "$W/oracle/oracle.parquet" --model "$MODEL" --tokenizer "$W/oracle/tokenizer" \
     --out "$W/sft" --epochs "$SFT_EPOCHS" --lr 3e-4 --batch-size 32 --context-loss-weight 1.0 --device "$DEVICE" &&

@@ -46,7 +46,7 @@ one() {
   f=$(flags "$v"); oracle=${f%%|*}; f=${f#*|}; epochs=${f%%|*}; model=${f#*|}
   local t0=$(date +%s)
   $PY -m data_process.sim_oracle --out-dir "$out/oracle" --n "${N_ORACLE:-2000}" $oracle ${model:+--model "$model"} --report &&
-  $PY -m data_process.sim_qa --out-dir "$out/data" --prompt-template "$out/oracle/prompt_template.txt" \
+  $PY -m sim.qa --out-dir "$out/data" --prompt-template "$out/oracle/prompt_template.txt" \
     --train-size 2000 --val-size 100 --test-size "${TEST_SIZE:-300}" &&
   $PY -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$out/oracle/oracle.parquet]" \
     "model.path=$out/oracle/model.json" "model.tokenizer=$out/oracle/tokenizer" \

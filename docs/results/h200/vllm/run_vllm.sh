@@ -65,7 +65,7 @@ elif [ "$STAGE" = bench ]; then
     --out "$RES/bench_rollout_vllm.json" 2>&1 | tee "$RES/bench_rollout_vllm.txt"
 elif [ "$STAGE" = ppo ]; then
   STEPS=${STEPS:-10} BATCH=${BATCH:-32}
-  python3 -m data_process.sim_qa --out-dir "$RUN/data" --train-size 640 --val-size 64 --test-size 8 > /dev/null || exit 1
+  python3 -m sim.qa --out-dir "$RUN/data" --train-size 640 --val-size 64 --test-size 8 > /dev/null || exit 1
   PY=python3; source scripts/sim_pool.sh; start_sim_pool "$RUN/pool_server.log"
   for R in ${ROLLOUTS:-vllm hf_static}; do
     timeout "${PPO_LIMIT:-250}" python3 -m verl.trainer.main_ppo --config-name embedded \

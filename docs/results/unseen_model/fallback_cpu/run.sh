@@ -18,11 +18,11 @@ stage "oracle rows ($N, add-rival $RIVAL, bank $BANK ${STYLE_FLAG[*]}, rival-che
 python -m data_process.sim_oracle --out-dir "$RUN/oracle" --pool "$POOL" --n "$N" --noise 0.05 --rename 1 \
   --whole-names --add-rival "$RIVAL" --bank-size "$BANK" --think-candidates --fallback listed --fallback-drill 0.1 \
   --rival-cheaper "$RIVAL_CHEAPER" "${STYLE_FLAG[@]}" --report
-python -m data_process.sim_qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
+python -m sim.qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
   --train-size 10 --val-size 10 --test-size 300
-python -c 'import sys; from router_r1.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
+python -c 'import sys; from sim.embedded import render_compact_template; from router_r1.pool.registry import ModelRegistry
 sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))' "$POOL" > "$RUN/prompt_template_unseen.txt"
-python -m data_process.sim_qa --out-dir "$RUN/data_unseen" --prompt-template "$RUN/prompt_template_unseen.txt" \
+python -m sim.qa --out-dir "$RUN/data_unseen" --prompt-template "$RUN/prompt_template_unseen.txt" \
   --train-size 10 --val-size 10 --test-size 300
 stage "supervised warm start (train.sh stage 3's settings: lr 5e-3, batch 16, context loss 1.0)"
 python -m verl.trainer.sft --data "$RUN/oracle/oracle.parquet" --model "$RUN/oracle/model.json" \

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_world import DOMAINS, SimWorld
+from sim.world import DOMAINS, SimWorld
 from router_r1.prompts import fill_template, load_template
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

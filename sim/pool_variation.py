@@ -22,9 +22,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from router_r1.embedded import GENERALIST_ACCURACY, STRONG_ACCURACY, domain_accuracy, model_topics, pool_line
+from sim.embedded import GENERALIST_ACCURACY, STRONG_ACCURACY, domain_accuracy, model_topics, pool_line
 from router_r1.pool.registry import ModelRegistry, ModelSpec, normalize_name
-from router_r1.pool.sim_world import DOMAINS
+from sim.world import DOMAINS
 
 BANK_SIZE = 96
 _ONSETS = "bdfghklmnprstvz"

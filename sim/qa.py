@@ -1,6 +1,6 @@
 """Build train/val/test parquet files from the simulated world (the embedded default's data).
 
-    python -m data_process.sim_qa --out-dir data/sim
+    python -m sim.qa --out-dir data/sim
 
 Same row schema as build_qa, data_source "sim_1hop" or "sim_2hop". The world seed must
 match the simulated pool's (`router_r1.pool.server --backend sim`, seed 0 by default), or
@@ -17,7 +17,7 @@ from pathlib import Path
 from data_process.build_qa import REPO_ROOT, budget_arg, make_prompter, size_arg, write_parquets
 from data_process.schema import DataBuildError, make_row, validate_row
 from router_r1.pool.registry import RegistryError
-from router_r1.pool.sim_world import DEFAULT_ENTITIES, SimQuestion, SimWorld
+from sim.world import DEFAULT_ENTITIES, SimQuestion, SimWorld
 from router_r1.prompts import TemplateError
 
 DEFAULT_POOL = REPO_ROOT / "configs" / "pool" / "sim.yaml"
@@ -80,7 +80,7 @@ def build_sim(cfg: SimConfig) -> dict[str, int]:
 
 
 def parse_args(argv: list[str] | None = None) -> SimConfig:
-    p = argparse.ArgumentParser(prog="python -m data_process.sim_qa", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m sim.qa", description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", default="data/sim", help="where train/val/test.parquet are written")
     p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml whose models the prompt lists")
     p.add_argument("--include-unseen", action="store_true", help="also list the models marked unseen")

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from router_r1.pool.sim_world import SimWorld
+from sim.world import SimWorld
 
 
 @dataclass(frozen=True)

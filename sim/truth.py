@@ -7,7 +7,7 @@ in one place:
     P(m right | q asked verbatim) = acc_m[d]                              one fact of domain d
                                   = acc_m[d1] * acc_m[d2] * multi_hop_m   two facts asked whole
 
-(exactly the sim experts' coins, router_r1/pool/sim_backend.py). An expert *knows* q when its
+(exactly the sim experts' coins, sim/backend.py). An expert *knows* q when its
 P is within KNOW_MARGIN of the best model's; the oracle's pick is the cheapest expert that
 knows q. For one fact that is the domain's cheap specialist (0.95 in configs/pool/sim.yaml;
 Mixtral's 0.92 also knows it but costs six times more); asked whole, a two-fact question is
@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_backend import SimProfile
-from router_r1.pool.sim_world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, Fact, SimWorld
+from sim.backend import SimProfile
+from sim.world import DEFAULT_ENTITIES, DOMAINS, RELATIONS, Fact, SimWorld
 
 KNOW_MARGIN = 0.05  # an expert within this of the best P(right) knows the question
 

@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass, field, fields
 
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.sim_world import (DOMAINS, RELATIONS, Fact, Relation, SimWorld, count_tokens,
+from sim.world import (DOMAINS, RELATIONS, Fact, Relation, SimWorld, count_tokens,
                                       stable_int, stable_unit, truncate_tokens)
 
 # Verbosity pads replies with these (our wording); a wordier model costs more per call.
