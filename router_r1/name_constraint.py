@@ -1,8 +1,8 @@
 """Constrained decoding of a route's model name: when a turn opens `<search>`, the name written is one of the
 pool's listed names followed by its colon, the one the policy itself scores likeliest as a whole. So a router that
 decided right cannot misspell it ("SiliGLM-6B" for SciGLM-6B), and a slip's first letters do not steer the pick
-(completing them token by token sent a router's "G" for GeoMind-3B to the dearer Gemma-2-27B-Instruct:
-docs/results/h200/gemma_unseen/fallback). Everything else in the turn is decoded freely.
+(completing them token by token sent a router's "G" for GeoMind-3B to the dearer Gemma-2-27B-Instruct on the H200:
+docs/results.md, "A model never seen in training"). Everything else in the turn is decoded freely.
 
 It changes the distribution the turn is sampled from, so it is for evaluation and serving (env.constrain_names),
 never for rollouts whose log-probs train the policy. The hf engine applies it (SamplingParams.constraint).

@@ -1,7 +1,7 @@
 # The GRPO router that the AdaTurn runs reuse (outputs/grpo), as run in the first round of the
-# embedded default (train.sh as of 1efb28d; this file lived in docs/results/embedded_cpu/ until 8ed743f).
+# embedded default (train.sh as of 1efb28d; this file lived in docs/results/embedded_cpu/ until 8ed743f, then docs/results/adaturn_cpu/).
 set -euo pipefail
-cd /work/main
+cd "$(dirname "$0")/../.."
 export PATH=/work/venv/bin:$PATH OMP_NUM_THREADS=2
 OUT=outputs/embedded
 LOG=/tmp/alpha_server.log

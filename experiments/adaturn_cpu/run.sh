@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # AdaTurn on the embedded default, 2 CPU cores: the exact commands behind README.md here.
-# Needs `bash train.sh` (and docs/results/adaturn_cpu/grpo_run.sh) first: it reuses their
+# Needs `bash train.sh` (and experiments/adaturn_cpu/grpo_run.sh) first: it reuses their
 # test data, tokenizer, model config and the plain checkpoints it compares against.
 #   1. budget-aware oracle trajectories (budgets 1-6 in the prompt, forced-answer examples)
 #   2. SFT on them, starting from the plain router's SFT model (same tokenizer and size); a
@@ -8,7 +8,7 @@
 #   3. GRPO with sampled budgets and budget_mode=forced (configs/adaturn.yaml)
 #   4. EM / cost / calls / forced / truncated per budget 1, 2, 4, 8 for both routers
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-/work/venv/bin/python}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 EMB=outputs/embedded

@@ -5,14 +5,14 @@
 # env.budget_mode = forced | mask | penalize. Then EM / unanswered / calls per budget 1 2 4 8 of
 # each, evaluated with the end limit (what mask and penalize train with) and with forced.
 # Needs `OUT=outputs/adaturn_v2 TAG=v2 PLAIN=0 bash run.sh` (or its SFT stage) and train.sh first.
-#   STEPS=40 bash docs/results/adaturn_cpu/run_modes.sh      # the numbers in modes.md (seeds: data 42, sampling 1)
+#   STEPS=40 bash experiments/adaturn_cpu/run_modes.sh      # the numbers in docs/results/adaturn_cpu/modes.md (seeds: data 42, sampling 1)
 #   STEPS=40 OUT=outputs/adaturn_modes/seed2 RESULTS=outputs/adaturn_modes/seed2 \
-#     EXTRA="data.seed=43 trainer.seed=2" bash docs/results/adaturn_cpu/run_modes.sh   # the second seed
+#     EXTRA="data.seed=43 trainer.seed=2" bash experiments/adaturn_cpu/run_modes.sh   # the second seed
 #   (then: cp $OUT/modes.json modes_seed2.json, $OUT/modes.png modes_seed2.png, $OUT/modes_curves.png
-#    modes_seed2_curves.png, here)
+#    modes_seed2_curves.png, in docs/results/adaturn_cpu)
 # The three trainings run side by side (2 shared CPU cores, nice -n 10), one pool server each.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-/work/venv/bin/python}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 EMB=outputs/embedded

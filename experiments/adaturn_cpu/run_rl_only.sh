@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # AdaTurn by RL alone: GRPO with sampled budgets and budget_mode=forced, started from the plain
-# GRPO router (outputs/grpo, docs/results/adaturn_cpu/grpo_run.sh) instead of a budget SFT.
+# GRPO router (outputs/grpo, experiments/adaturn_cpu/grpo_run.sh) instead of a budget SFT.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-/work/venv/bin/python}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 EMB=outputs/embedded

@@ -2,7 +2,7 @@
 # One router for every cost preference, against four fixed-alpha routers trained with the same budget, and a pool
 # model it never saw (issue 31). On CPU at the embedded default's size unless the knobs below shrink it:
 #
-#   bash docs/results/alpha_conditioned/run_alpha.sh                     the whole experiment (outputs/alpha_conditioned)
+#   bash experiments/alpha_conditioned/run_alpha.sh                     the whole experiment (outputs/alpha_conditioned)
 #   N_ORACLE=64 TRAIN_SIZE=64 TEST_SIZE=24 SFT_MAX_STEPS=4 PPO_STEPS=1 ... bash ...   a smoke (see SMOKE below)
 #
 # 1. data: alpha-conditioned oracle trajectories (data_process/sim_oracle_alpha.py: each row's alpha drawn from
@@ -21,7 +21,7 @@
 # 5. one table and one Pareto plot (router_r1.eval.report), the paired tables, calibration of the conditioned router
 #    for a cost target on the validation questions; copied to RESULTS (docs/results/alpha_conditioned)
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 export PY=${PYTHON:-python} OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-outputs/alpha_conditioned}
 RESULTS=${RESULTS:-docs/results/alpha_conditioned}

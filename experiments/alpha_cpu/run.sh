@@ -8,7 +8,7 @@
 # whose T=1 samples were right 2-3% of the time (a first round at rollout.temperature=1.0 learned nothing:
 # outputs kept as cond2_T1); every run here samples at 0.7.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 export PY=${PYTHON:-python} OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
 R=${R:-outputs/alpha}
 B=$R/base

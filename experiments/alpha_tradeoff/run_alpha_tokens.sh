@@ -4,9 +4,9 @@
 # one straight 6-epoch SFT (750 steps; the recorded SFTs were 375 + a continued 375), then told each alpha on
 # the 300 test questions and paired with the recorded fixed-alpha SFTs (REF: run_tradeoff.sh's OUT after
 # continue_and_eval.sh).
-#   REF=outputs/alpha_tradeoff bash docs/results/alpha_tradeoff/run_alpha_tokens.sh
+#   REF=outputs/alpha_tradeoff bash experiments/alpha_tradeoff/run_alpha_tokens.sh
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 REF=${REF:-outputs/alpha_tradeoff} OUT=${OUT:-outputs/alpha_tokens} POOL=configs/pool/sim_tradeoff.yaml
 O=$OUT/oracle T=$OUT/sft_cond_told E=$OUT/eval

@@ -2,10 +2,10 @@
 # The conditioned router of the embedded default (2-layer policy from scratch, CPU) on SFT rows where every question
 # comes at each alpha 0 / 0.3 / 0.6 / 0.9 and each decision's <think> restates "Cost weight A." just before the pick
 # (sim_oracle_alpha --each-alpha --think-alpha; on the H200 this made Gemma 3 270M's cost fall with the told alpha:
-# docs/results/h200/run_gemma_alpha.sh), against four fixed-alpha SFTs with the same rows count, epochs and steps.
+# experiments/gemma_alpha/run_gemma_alpha.sh), against four fixed-alpha SFTs with the same rows count, epochs and steps.
 # Self-contained: run_alpha.sh's data flags and SFT recipe (6 epochs, 750 steps), greedy on the 300 test questions.
 #
-#   BASELINES_DIR=/tmp/base/eval/baselines bash docs/results/alpha_tradeoff/run_think_alpha.sh
+#   BASELINES_DIR=/tmp/base/eval/baselines bash experiments/alpha_tradeoff/run_think_alpha.sh
 #       (BASELINES_DIR: an evaluation of the baselines on these test questions, summary.json and trajectories.jsonl;
 #        empty: evaluated here with --baseline BASELINES)
 # COND_FLAGS: more sim_oracle_alpha flags for the conditioned router's rows only (think_alpha_4k: --n 4000, 1,000
@@ -18,7 +18,7 @@
 #   EVAL_ALPHAS="0 0.9" BASELINES="single:Qwen2.5-7B-Instruct oracle-hops"
 #   MODEL='{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}' OUT=/tmp/think_smoke RESULTS=/tmp/think_smoke/results
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-outputs/think_alpha} RESULTS=${RESULTS:-docs/results/alpha_tradeoff/think_alpha}
 POOL=configs/pool/sim_tradeoff.yaml ALPHAS="0 0.3 0.6 0.9"
@@ -64,7 +64,7 @@ stage "SFTs: conditioned${COND_FLAGS:+ ($COND_FLAGS, $COND_EPOCHS epochs)}, then
 sft "$C" "$OUT/sft_cond" "$C" "$COND_EPOCHS"
 for a in $ALPHAS; do sft "$OUT/oracle_fixed_$a" "$OUT/sft_fixed_$a"; done
 # an SFT run's config has env: null; with the embedded recipe's env and env.alphas, evaluation tells it its alpha
-python - "$OUT/sft_cond/run_config.yaml" "$POOL" $ALPHAS < docs/results/alpha_tradeoff/conditioned_env.py
+python -m experiments.alpha_tradeoff.conditioned_env "$OUT/sft_cond/run_config.yaml" "$POOL" $ALPHAS
 
 evaluate() {  # $1 output name, then flags (run_alpha.sh's evaluate())
   python -m router_r1.eval.evaluate --data "$OUT/data/test.parquet" --pool "$POOL" --sim --greedy --out "$E/$1" "${@:2}" \

@@ -4,20 +4,20 @@
 # phase rebuilds the warm start if the machine is fresh. Results: $OUT/<phase>.txt (the log) and
 # $OUT/<phase>.tgz (metrics, summaries, plots).
 #
-#   bash docs/results/h200/run_async_lora_ray.sh warm   # carry .whl .rayA: warm start, slot check, schedules
-#   bash docs/results/h200/run_async_lora_ray.sh ppo    # carry .whl .rayB: on-policy, off-policy, LoRA PPO
+#   bash experiments/async_lora_ray/run_async_lora_ray.sh warm   # carry .whl .rayA: warm start, slot check, schedules
+#   bash experiments/async_lora_ray/run_async_lora_ray.sh ppo    # carry .whl .rayB: on-policy, off-policy, LoRA PPO
 #   (each half of the Ray wheel may come with any call to the same warm machine; ray installs once both are there)
-#   bash docs/results/h200/run_async_lora_ray.sh ray    # carry .whl: the same PPO without and with Ray
-#   bash docs/results/h200/run_async_lora_ray.sh streams   # carry .whl: on- vs off-policy once the engine
+#   bash experiments/async_lora_ray/run_async_lora_ray.sh ray    # carry .whl: the same PPO without and with Ray
+#   bash experiments/async_lora_ray/run_async_lora_ray.sh streams   # carry .whl: on- vs off-policy once the engine
 #                                                          # decodes on its own CUDA stream (a later fix)
 #
 # .whl holds the wheels the device image lacks (hydra-core, omegaconf, antlr4, openai and its pydantic
 # stack, jsonschema's stack for Ray); .rayA/.rayB the two halves of ray-2.60.0 cp312 (79 MB: over one
 # call's carry). The policy: the pipeline's 270M Llama built from a config, SFT on 2,000 noisy oracle
-# trajectories (scripts/pipeline_gpu.sh run 1's settings), alpha 0.6 so that the cost term gives PPO
+# trajectories (experiments/gemma_h200/pipeline_gpu.sh run 1's settings), alpha 0.6 so that the cost term gives PPO
 # something to learn at this size (docs/results/h200/README.md: this model learns routing, not EM).
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 PHASE=${1:?warm | ppo | ray | streams}
 BACK=${OUT:-outputs/h200_wave}  # what comes back: $BACK/$PHASE.txt and $BACK/$PHASE.tgz
 W=${WORK:-/tmp/wave}
@@ -31,7 +31,7 @@ BENCH_BATCH=${BENCH_BATCH:-128}
 MODEL=${MODEL:-'{"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 2048, "tie_word_embeddings": true, "rope_theta": 10000.0}'}
 echo "$MODEL" > "$W/model.json"  # tools/check/check_slot_rollout.py takes a file
 start=$(date +%s)
-source docs/results/h200/sim_warm_start.sh
+source experiments/gemma_h200/sim_warm_start.sh
 stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
 
 stage "wheels"
@@ -58,7 +58,7 @@ if [ ! -f "$W/sft/config.json" ]; then
 fi
 
 source tools/sim_pool.sh
-# the PPO settings of scripts/pipeline_gpu.sh (batch 64), alpha 0.6; the step count is the phase's
+# the PPO settings of experiments/gemma_h200/pipeline_gpu.sh (batch 64), alpha 0.6; the step count is the phase's
 PPO_COMMON=(--config-name embedded "data.train_files=[$W/data/train.parquet]" "data.val_files=[$W/data/val.parquet]"
   data.train_batch_size=$BATCH data.val_batch_size=200 "model.path=$W/sft" "model.tokenizer=$W/sft" model.dtype=auto
   trainer.device=$DEVICE rollout.name=hf_static rollout.max_batch_size=$((BATCH * 2)) actor.lr=2e-5

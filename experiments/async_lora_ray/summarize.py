@@ -1,8 +1,8 @@
-"""Summarise the H200 runs of docs/results/h200/run_async_lora_ray.sh: step time and its parts per run,
+"""Summarise the H200 runs of experiments/async_lora_ray/run_async_lora_ray.sh: step time and its parts per run,
 the paired ratios (off-policy vs on-policy, LoRA vs full, Ray vs single process) and the training
 curves, as summary.json and two PNGs.
 
-    python scripts/summarize_async_lora_ray.py DIR     # DIR holds ppo/, ray/, streams/ (metrics JSONL)
+    python -m experiments.async_lora_ray.summarize DIR     # DIR holds ppo/, ray/, streams/ (metrics JSONL)
 """
 from __future__ import annotations
 

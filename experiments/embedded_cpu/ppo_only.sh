@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # usage: ppo_only.sh SRC_OUT RUN_DIR [overrides...]  (SRC_OUT has data/, sft/, oracle/)
 set -euo pipefail
-cd /work/main
+cd "$(dirname "$0")/../.."
 export PATH=/work/venv/bin:$PATH OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
 SRC=$1; RUN=$2; shift 2
 mkdir -p $RUN

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The commands that produced the files in this folder (2026-12-02, 2 CPU cores shared with other
+# The commands that produced the files in docs/results/embedded_cpu (2026-12-02, 2 CPU cores shared with other
 # jobs, load 3-4). One job at a time, OMP_NUM_THREADS=1. The first call is `bash train.sh` as it
 # stands except for the KL-in-the-loss keys, which were added to configs/embedded.yaml after it
 # (its PPO row is the "no KL loss" ablation); the default PPO row is stages 4-5 of the committed
 # config from that same warm start.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 export PYTHON=${PYTHON:-python} OMP_NUM_THREADS=1
 R=/tmp/i4
 D=docs/results/embedded_cpu

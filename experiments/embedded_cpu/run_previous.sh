@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The commands that produced the files in this folder (2026-12-02, 2 shared CPU cores).
+# The commands that produced the files in docs/results/embedded_cpu/previous (2026-12-02, 2 shared CPU cores).
 # `bash train.sh` is stages 1-5 in one go; here it ran as the same stages in two calls, so that
 # the alpha-0.6 run could start from the very same warm start, and the SFT time limit (a 300 s
 # safety valve, not reached on an idle machine: 750 steps take ~140 s) was lifted because the
 # machine was shared with other jobs (load 6-12) and SFT ran 10-30x slower than when idle.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 export PYTHON=${PYTHON:-python}
 R=/tmp/h1
 D=docs/results/embedded_cpu/previous
@@ -26,10 +26,10 @@ $PYTHON -m tools.analysis.plot_runs --run "alpha 0=$D/ppo_metrics.jsonl" --run "
   --out $D/alpha_curves.png
 $PYTHON -m tools.analysis.eval_table $D/eval_summary.json $D/alpha06_eval_summary.json
 
-# The KL 0.02 pair (kl02_*): stages 4-5 by ppo_only.sh (a copy of them that evaluates the PPO model
+# The KL 0.02 pair (kl02_*): stages 4-5 by experiments/embedded_cpu/ppo_only.sh (a copy of them that evaluates the PPO model
 # only; the SFT row is the same greedy evaluation as above), from the same warm start:
 for a in 0 0.6; do
-  OMP_NUM_THREADS=1 EVAL_ALPHA=$a bash $D/ppo_only.sh $R/final $R/fk_a$a env.alpha=$a algorithm.kl_ctrl.kl_coef=0.02 &
+  OMP_NUM_THREADS=1 EVAL_ALPHA=$a bash experiments/embedded_cpu/ppo_only.sh $R/final $R/fk_a$a env.alpha=$a algorithm.kl_ctrl.kl_coef=0.02 &
 done; wait
 cp $R/fk_a0/ppo/metrics.jsonl $D/kl02_ppo_metrics.jsonl; cp $R/fk_a0.6/ppo/metrics.jsonl $D/kl02_alpha06_ppo_metrics.jsonl
 cp $R/fk_a0/eval/summary.json $D/kl02_eval_summary.json; cp $R/fk_a0.6/eval/summary.json $D/kl02_alpha06_eval_summary.json

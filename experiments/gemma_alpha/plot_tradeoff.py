@@ -1,15 +1,15 @@
 """The cost-EM trade-off of issue 31's Gemma runs, zoomed onto the routers (the full plot with every single model is
 pareto.png): fixed-alpha SFTs, the conditioned router told each alpha (a line in alpha order), oracle-hops.
 
-    python docs/results/h200/gemma_alpha/plot_tradeoff.py EVAL_DIR BASELINES_SUMMARY OUT.png [RUNS]
+    python -m experiments.gemma_alpha.plot_tradeoff EVAL_DIR BASELINES_SUMMARY OUT.png [RUNS]
 RUNS: the conditioned runs to draw, comma-separated (default cond_think,cond_each; gemma_alpha_s2: cond_think,cond_think_x2).
 EVAL_DIR holds run_gemma_alpha.sh's evaluations (fixed_A_A/, cond_think_A/, cond_each_A/, each with its summary.json)
 or their summaries as this directory keeps them (summary_cond_think_A.json.gz, ...).
 """
+import argparse
 import gzip
 import json
 import re
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -35,7 +35,8 @@ def summaries(ev: Path, name: str) -> list[Path]:
     return [f for f in found if told(f)]
 
 
-def main(eval_dir: str, baselines: str, out: str, runs: str = "cond_think,cond_each") -> None:
+def draw(eval_dir: str, baselines: str, out: str, runs: str = "cond_think,cond_each") -> None:
+    """The trade-off plot of the runs in eval_dir against the baselines' oracle-hops point, into out."""
     ev = Path(eval_dir)
     fig, ax = plt.subplots(figsize=(7.5, 5))
     for name, style in zip(runs.split(","), ("o-", "s--", "^:")):
@@ -64,5 +65,15 @@ def main(eval_dir: str, baselines: str, out: str, runs: str = "cond_think,cond_e
     fig.savefig(out, dpi=120)
 
 
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("eval_dir", help="run_gemma_alpha.sh's evaluations, or a records folder of summary_*.json.gz")
+    p.add_argument("baselines", help="the baselines' summary.json(.gz)")
+    p.add_argument("out", help="the PNG to write")
+    p.add_argument("runs", nargs="?", default="cond_think,cond_each", help="conditioned runs to draw, comma-separated")
+    a = p.parse_args(argv)
+    draw(a.eval_dir, a.baselines, a.out, a.runs)
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main()

@@ -16,7 +16,7 @@
 # target CALIBRATE_COST per 1,000 questions) and serves it, asking the same questions as router-r1@A for each trained A.
 # STAGES runs a subset of "data sft eval serve" (a device call lasts at most 600 s: SFTs in one call, the rest in the
 # next, to a warm machine whose /tmp still holds RUN).
-#   bash docs/results/h200/run_gemma_alpha.sh DIR   # DIR: alpha_run.tgz (evaluations, SFT summaries), run.txt
+#   bash experiments/gemma_alpha/run_gemma_alpha.sh DIR   # DIR: alpha_run.tgz (evaluations, SFT summaries), run.txt
 #   CONDS="cond_think cond_think_x2" COND_ALPHAS="0 0.3 0.6 0.9 1" FIXED= STAGES="data sft" bash ... DIR
 # A CPU smoke of the wiring (no bundle; the embedded tokenizer the conditioned set builds):
 #   MODEL='{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
@@ -25,7 +25,7 @@ set -uo pipefail
 RESULTS=${1:?where the results go}
 mkdir -p "$RESULTS"
 if [ -z "${MODEL:-}" ]; then
-  source "$(dirname "$0")/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHONPATH
+  source "$(dirname "$0")/../gemma_h200/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHONPATH
   MODEL=$GGUF
 fi
 RUN=${RUN:-/tmp/gemma_alpha} POOL=configs/pool/sim_tradeoff.yaml DEVICE=${DEVICE:-cuda}
@@ -91,7 +91,7 @@ SHAPE=(--max-turns 3 --max-obs-length 128 --response-length 64 --max-response-le
   # An SFT run's config has no env section; a conditioned router is told its alpha at evaluation when its run
   # config has env.alphas (evaluate.conditioned_alpha): give each the embedded recipe's env with COND_ALPHAS.
   for r in $CONDS; do
-    python3 - "$RUN/sft_$r/run_config.yaml" "$POOL" $COND_ALPHAS < docs/results/alpha_tradeoff/conditioned_env.py
+    python3 -m experiments.alpha_tradeoff.conditioned_env "$RUN/sft_$r/run_config.yaml" "$POOL" $COND_ALPHAS
   done
   fi
   FIRST=${CONDS%% *}
@@ -130,7 +130,7 @@ SHAPE=(--max-turns 3 --max-obs-length 128 --response-length 64 --max-response-le
     --port "$PORT" "${SHAPE[@]}" \
     > "$RUN/serve.log" 2>&1 &
   SERVER=$!
-  python3 docs/results/h200/serve_alpha_demo.py --url "http://127.0.0.1:$PORT/v1" --data "$RUN/data/test.parquet" \
+  python3 -m experiments.gemma_alpha.serve_alpha_demo --url "http://127.0.0.1:$PORT/v1" --data "$RUN/data/test.parquet" \
     --alphas $COND_ALPHAS --n "${SERVE_N:-60}" --out "$RUN/serve_demo.json" || echo "serve demo rc $?"
   kill $SERVER || true  # (a server that died already must not fail the run)
   fi

@@ -1,7 +1,7 @@
 """The cost knob at serving time: the same test questions asked of a running router server (router_r1.serve) as
 `router-r1@A` for each alpha A, one request per question, a few at a time; per alpha: EM, mean cost, call shares.
 
-    python docs/results/h200/serve_alpha_demo.py --url http://127.0.0.1:18080/v1 --data test.parquet \
+    python -m experiments.gemma_alpha.serve_alpha_demo --url http://127.0.0.1:18080/v1 --data test.parquet \
         --alphas 0 0.3 0.6 0.9 --n 60 --out serve_demo.json
 
 The requests are tools/bench/bench_serve.py's clients (the openai SDK); waits up to --wait-s for the server to come up.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,11 +18,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
-
-from bench_serve import run_clients  # noqa: E402
-from router_r1.reward.qa_em import em_score  # noqa: E402
+from router_r1.reward.qa_em import em_score
+from tools.bench.bench_serve import run_clients
 
 
 def wait_for(url: str, wait_s: float) -> list[str]:

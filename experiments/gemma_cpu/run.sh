@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The pretrained Gemma 3 270M warm start, small and on CPU: does a sound tokenizer make it learn the
-# router format at once? Data as scripts/pipeline_gpu.sh makes it (32 oracle trajectories, 8 test
+# router format at once? Data as experiments/gemma_h200/pipeline_gpu.sh makes it (32 oracle trajectories, 8 test
 # questions), SFT 6 steps (batch 4, lr 5e-5), one PPO step (alpha 0.6), greedy evaluation of both.
-#   bash docs/results/gemma_cpu/run.sh GGUF TOKENIZER_DIR OUT
+#   bash experiments/gemma_cpu/run.sh GGUF TOKENIZER_DIR OUT
 # TOKENIZER_DIR from `python -m tools.convert.save_gguf_tokenizer GGUF DIR`. The recorded run used
 # transformers 5.17 (the H200's; PYTHONPATH to a side install) to check the device's version.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 GGUF=${1:?gguf}; TOK=${2:?tokenizer dir}; OUT=${3:?output dir}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"

@@ -4,15 +4,15 @@
 # the simulated pool twice from the same warm start (alpha 0 and alpha $ALPHA, run side by
 # side on the one GPU), then all three policies evaluated on the held-out test questions.
 #
-#   bash scripts/pipeline_gpu.sh                  # defaults below; outputs under $OUT
-#   STEPS=5 N_ORACLE=200 MODEL='{...}' DEVICE=cpu bash scripts/pipeline_gpu.sh   # a smoke run
-#   MODEL=/models/gemma-3-270m.gguf TOKENIZER=/models/gemma-3-tok bash scripts/pipeline_gpu.sh
+#   bash experiments/gemma_h200/pipeline_gpu.sh                  # defaults below; outputs under $OUT
+#   STEPS=5 N_ORACLE=200 MODEL='{...}' DEVICE=cpu bash experiments/gemma_h200/pipeline_gpu.sh   # a smoke run
+#   MODEL=/models/gemma-3-270m.gguf TOKENIZER=/models/gemma-3-tok bash experiments/gemma_h200/pipeline_gpu.sh
 #       # a pretrained start: its own tokenizer (a GGUF's, or the directory tools/convert/save_gguf_tokenizer.py
 #       # wrote); hf_static covers Llama, Qwen2 and Gemma 3, ROLLOUT=hf the rest
-#   IN_FLIGHT=0 bash scripts/pipeline_gpu.sh      # sync on-policy rollouts, as every record made before
+#   IN_FLIGHT=0 bash experiments/gemma_h200/pipeline_gpu.sh      # sync on-policy rollouts, as every record made before
 #       # issue 30 ran; the default streams 2x the batch (docs/results/h200/streaming: 2.9x the steps per hour)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-outputs/gpu_pipeline}
 DEVICE=${DEVICE:-cuda}

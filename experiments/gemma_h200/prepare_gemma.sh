@@ -4,10 +4,10 @@
 # default .whl: hydra-core, omegaconf, openai and their dependencies, gguf) into one tar split into pieces
 # a device call can carry beside the working tree (.gg/b0, .gg/b1, ...; PIECE_MB each, default 40: a call
 # carries 64 MiB in all and the tracked tree is ~21 MB), all under the git-ignored .gg/.
-# The runbook in this folder's README carries them one call at a time; run_gemma.sh unpacks them.
-#   PYTHON=/path/to/python bash docs/results/h200/prepare_gemma.sh
+# The runbook in experiments/gemma_h200/README.md carries them one call at a time; run_gemma.sh unpacks them.
+#   PYTHON=/path/to/python bash experiments/gemma_h200/prepare_gemma.sh
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 mkdir -p .git/info .gg/wheels
 grep -qx "/.gg/" .git/info/exclude 2>/dev/null || echo "/.gg/" >> .git/info/exclude

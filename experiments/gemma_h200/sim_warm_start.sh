@@ -1,5 +1,5 @@
 # Source me: `sim_warm_start` builds the 270M pipeline's warm start under $W (oracle trajectories, QA data,
-# SFT model; scripts/pipeline_gpu.sh run 1's settings) from $PY, $N_ORACLE, $MODEL, $SFT_EPOCHS and $DEVICE.
+# SFT model; experiments/gemma_h200/pipeline_gpu.sh run 1's settings) from $PY, $N_ORACLE, $MODEL, $SFT_EPOCHS and $DEVICE.
 # The H200 scripts call it once per fresh machine (when $W/sft/config.json is missing).
 sim_warm_start() {
   $PY -m data_process.sim_oracle --out-dir "$W/oracle" --n "$N_ORACLE" --world-entities 150 --noise 0.3 --prefer-big 0.5 --report &&

@@ -1,7 +1,7 @@
 """Tables and a plot from the records of the fourth-session Gemma 3 270M run on the H200
 (docs/results/h200/pipeline_gemma_s4: its summary.txt and val_curves.png were made by this script).
 
-    python scripts/summarize_gemma_h200.py [DIR]     # prints the tables, writes DIR/val_curves.png
+    python -m experiments.gemma_h200.summarize [DIR]     # prints the tables, writes DIR/val_curves.png
 
 1. The validation passes inside training (200 val questions, greedy, hf_static: the backend the runs
    trained with) at steps 0, 10, ..., 40 of both runs: EM, format, cost, calls per model.
@@ -9,9 +9,9 @@
    wrong first token in the first chunk of each generate call (see docs/results/h200/README.md). Its table is given
    whole and on the questions none of whose turns, in any run, starts with anything but a tag.
 """
+import argparse
 import gzip
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,22 +21,25 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "docs/results/h200/pipeline_gemma_s4"
+RECORDS = Path(__file__).resolve().parents[2] / "docs/results/h200/pipeline_gemma_s4"
 RUNS = {"alpha 0": "ppo_alpha0", "alpha 0.6": "ppo_alpha0.6"}
 MODELS = ("Mixtral-8x22B-Instruct", "LLaMA-3.1-70B-Instruct", "Mistral-7B-Instruct", "Qwen2.5-7B-Instruct")
 
 
-def val_rows(run: str) -> dict[int, dict]:
-    rows = [json.loads(line) for line in (HERE / f"{run}_metrics.jsonl").read_text().splitlines()]
+def val_rows(here: Path, run: str) -> dict[int, dict]:
+    """The validation rows of one run's metrics (.jsonl, or .jsonl.gz as docs/results may keep it), by step."""
+    path = here / f"{run}_metrics.jsonl"
+    text = path.read_text() if path.exists() else gzip.decompress(path.with_suffix(".jsonl.gz").read_bytes()).decode()
+    rows = [json.loads(line) for line in text.splitlines()]
     return {r["step"]: r for r in rows if "val/em/mean" in r}
 
 
-def val_table() -> None:
+def val_table(here: Path) -> None:
     print("validation inside training (200 questions, greedy, hf_static)")
     print(f"{'run':10s} {'step':>4s} {'EM':>6s} {'fmt':>5s} {'cost 1e-6$':>10s} {'reward':>7s} "
           + " ".join(f"{m.split('-')[0][:8]:>8s}" for m in MODELS))
     for label, run in RUNS.items():
-        for step, r in sorted(val_rows(run).items()):
+        for step, r in sorted(val_rows(here, run).items()):
             calls = " ".join(f"{r.get(f'val/calls/{m}/mean', 0.0):8.3f}" for m in MODELS)
             print(f"{label:10s} {step:4d} {r['val/em/mean']:6.3f} {r['val/format_ok/mean']:5.2f} "
                   f"{r['val/cost_usd/mean'] * 1e6:10.2f} {r['val/reward/mean']:7.3f} {calls}")
@@ -47,8 +50,8 @@ def broken(turns: list[dict]) -> bool:
     return any(not t["generated"].lstrip().startswith("<") for t in turns if t.get("generated"))
 
 
-def eval_tables() -> None:
-    with gzip.open(HERE / "eval_hf_trajectories.jsonl.gz", "rt") as f:
+def eval_tables(here: Path) -> None:
+    with gzip.open(here / "eval_hf_trajectories.jsonl.gz", "rt") as f:
         trajs = [json.loads(line) for line in f]
     bad_uids = {t["uid"] for t in trajs if broken(t["turns"])}
     for title, keep in (("all 300 test questions", lambda t: True),
@@ -70,10 +73,10 @@ def eval_tables() -> None:
                   f"{sum(broken(t['turns']) for t in ts):6d}")
 
 
-def plot() -> Path:
+def plot(here: Path) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for label, run in RUNS.items():
-        v = val_rows(run)
+        v = val_rows(here, run)
         steps = sorted(v)
         axes[0].plot(steps, [v[s]["val/em/mean"] for s in steps], marker="o", label=label)
         axes[1].plot(steps, [v[s]["val/cost_usd/mean"] * 1e6 for s in steps], marker="o", label=label)
@@ -88,12 +91,20 @@ def plot() -> Path:
         ax.legend(fontsize=7)
     fig.suptitle("Gemma 3 270M router on the H200: PPO from one SFT warm start, alpha 0 vs 0.6")
     fig.tight_layout()
-    out = HERE / "val_curves.png"
+    out = here / "val_curves.png"
     fig.savefig(out, dpi=110)
     return out
 
 
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("dir", type=Path, nargs="?", default=RECORDS,
+                   help="the run's records (its two metrics files and eval_hf_trajectories.jsonl.gz)")
+    here = p.parse_args(argv).dir
+    val_table(here)
+    eval_tables(here)
+    print(f"\nwrote {plot(here)}")
+
+
 if __name__ == "__main__":
-    val_table()
-    eval_tables()
-    print(f"\nwrote {plot()}")
+    main()

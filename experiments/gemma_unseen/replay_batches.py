@@ -1,8 +1,10 @@
 """Replay one evaluation's second-turn prompts through the hf engine and hf_static, 64 rows at a time, and print
-where their first tokens part: the check for the hf engine's stray first tokens (README, p3d1's rows 192-255).
+where their first tokens part: the check for the hf engine's stray first tokens (docs/results/h200/gemma_unseen/fallback,
+p3d1's rows 192-255).
 
-    python docs/results/h200/gemma_unseen/fallback/replay_batches.py draws/p3d1/eval_unseen_hf \\
-      draws/p3d1/prompt_template_unseen.txt --model $GGUF --tokenizer $TOKENIZER --device cuda
+    D=docs/results/h200/gemma_unseen/fallback/draws/p3d1
+    python -m experiments.gemma_unseen.replay_batches $D/eval_unseen_hf $D/prompt_template_unseen.txt \\
+      --model $GGUF --tokenizer $TOKENIZER --device cuda
 
 The prompts are rebuilt from the trajectories' text (chat template, first turn, its information), so a row's ids can
 differ from the evaluation's by a merge at a seam; the batches are the rows in file order, as the continuous
@@ -13,18 +15,15 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[5]))
-
-from verl.utils.tokenizer import load_tokenizer  # noqa: E402
-from verl.workers.model_loader import load_model  # noqa: E402
-from verl.workers.rollout.base import SamplingParams  # noqa: E402
-from verl.workers.rollout.hf_rollout import HFRollout  # noqa: E402
-from verl.workers.rollout.static_rollout import StaticRollout  # noqa: E402
+from verl.utils.tokenizer import load_tokenizer
+from verl.workers.model_loader import load_model
+from verl.workers.rollout.base import SamplingParams
+from verl.workers.rollout.hf_rollout import HFRollout
+from verl.workers.rollout.static_rollout import StaticRollout
 
 
 def second_turn_prompts(eval_dir: Path, template: str, tok) -> list[list[int]]:

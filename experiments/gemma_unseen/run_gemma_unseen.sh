@@ -24,9 +24,9 @@
 # to the listed names (--constrain-names, on the hf engine), paired against the free-decoding ones
 # (paired_constrained.json, paired_probe_constrained.json). HF_FREE=1 evaluates the offered test listing on the hf
 # engine without the constraint too (paired_hf.json against hf_static): what the engine changes, apart from the constraint.
-#   THINK=1 RIVAL=0.8 VARY=0 FALLBACK=listed DRILL=0.1 BANK=1000 bash docs/results/h200/run_gemma_unseen.sh DIR
-#   THINK=1 RIVAL=0.5 VARY=0 bash docs/results/h200/run_gemma_unseen.sh DIR
-#   bash docs/results/h200/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
+#   THINK=1 RIVAL=0.8 VARY=0 FALLBACK=listed DRILL=0.1 BANK=1000 bash experiments/gemma_unseen/run_gemma_unseen.sh DIR
+#   THINK=1 RIVAL=0.5 VARY=0 bash experiments/gemma_unseen/run_gemma_unseen.sh DIR
+#   bash experiments/gemma_unseen/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
 # A CPU smoke of the wiring: MODEL='{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
 #   "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}' DEVICE=cpu N_ORACLE=32 TEST_SIZE=8 \
 #   RUN=/tmp/smoke TOKENIZER=/tmp/smoke/oracle/tokenizer ...   (the oracle's BPE: Gemma's 262k vocabulary runs a
@@ -34,7 +34,7 @@
 set -uo pipefail
 RESULTS=${1:?where the results go}
 mkdir -p "$RESULTS"
-source "$(dirname "$0")/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHONPATH
+source "$(dirname "$0")/../gemma_h200/gemma_bundle.sh"  # GGUF, TOKENIZER, the wheels on PYTHONPATH
 RUN=${RUN:-/tmp/gemma_unseen} POOL=configs/pool/sim_unseen.yaml VARY=${VARY:-0.5} RIVAL=${RIVAL:-0}
 MODEL=${MODEL:-$GGUF} DEVICE=${DEVICE:-cuda} TEST_SIZE=${TEST_SIZE:-300} THINK=${THINK:-0}
 THINK_FLAG=(); [ "$THINK" = 1 ] && THINK_FLAG=(--think-candidates)

@@ -2,9 +2,9 @@
 # Several SFT draws of run_gemma_unseen.sh side by side on one H200 (three at a time ran at EVAL_BATCH=64; at 256
 # one evaluation grew to 130 GB and an SFT beside it ran out of memory), one per oracle seed, into DIR/PREFIX<seed>. The recipe
 # comes from the environment as for run_gemma_unseen.sh (THINK, RIVAL, FALLBACK, DRILL, BANK, ...). The bundle
-# pieces must be in $PIECES already (docs/results/h200/gemma_bundle.sh).
+# pieces must be in $PIECES already (experiments/gemma_h200/gemma_bundle.sh).
 #   THINK=1 RIVAL=0.8 VARY=0 FALLBACK=listed DRILL=0.1 BANK=1000 \
-#     bash docs/results/h200/run_gemma_unseen_seeds.sh $OUT r8s 0 1 2
+#     bash experiments/gemma_unseen/run_gemma_unseen_seeds.sh $OUT r8s 0 1 2
 set -uo pipefail
 DIR=${1:?where the runs go} PREFIX=${2:?run name prefix}; shift 2
 [ $# -ge 1 ] || { echo "usage: $0 DIR PREFIX SEED..." >&2; exit 2; }

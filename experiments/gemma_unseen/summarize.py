@@ -1,7 +1,9 @@
 """The fallback runs side by side: per SFT draw, SciGLM-6B's share of the science calls, EM and cost with it
 offered minus without (paired over the 300 test questions), and who the science hops went to.
 
-    python docs/results/h200/gemma_unseen/fallback/summarize.py   # writes table.txt, summary.json, fallback.png
+    python -m experiments.gemma_unseen.summarize [--dir DIR]   # writes table.txt, summary.json, fallback.png there
+
+DIR: the records folder, default docs/results/h200/gemma_unseen/fallback.
 
 "probe": GeoMind-3B's share of the validation geography calls, for runs made with PROBE=1 (else "-"); "bad names":
 route actions naming no listed model, on the test with SciGLM-6B offered. Below the table: choosing among the probed
@@ -14,29 +16,32 @@ folder and their trajectories are lost: their rows are carried over from summary
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[4]))
-sys.path.insert(0, str(HERE.parents[4] / "scripts"))
+from tools.analysis.paired_evals import compare, load
 
-from paired_evals import compare, load  # noqa: E402
+RECORDS = Path(__file__).resolve().parents[2] / "docs/results/h200/gemma_unseen/fallback"
 
-# name -> (directory, shown recipe); the order of the table and the plot
-RUNS = {"think": (HERE.parent / "think", "fallback best, rival 0.5, bank 96, seed 0")}
-RUNS.update({name: (HERE / "runs" / name, recipe) for name, recipe in (
-    ("fb0", "rival 0.5, bank 96, seed 0"), ("fb1", "rival 0.5, bank 96, seed 1"),
-    ("bk0", "rival 0.5, bank 1000, seed 0"), ("bk1", "rival 0.5, bank 1000, seed 1"),
-    *((f"r8s{s}", f"rival 0.8, bank 1000, seed {s}") for s in range(6)))})
-RUNS.update({f"p3s{s}": (HERE / "draws" / f"p3s{s}", f"r8s + styled bank, rival cheaper 0.3, seed {s}")
-             for s in range(9)})
-RUNS.update({f"p3m{s}": (HERE / "draws" / f"p3m{s}", f"p3s + misname drill 0.1, seed {s}") for s in range(4)})
-RUNS["p3d1"] = (HERE / "draws" / "p3d1", "p3m1 again (no probe; hf engine unconstrained)")
+
+def runs(here: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (directory, shown recipe), in the order of the table and the plot."""
+    out = {"think": (here.parent / "think", "fallback best, rival 0.5, bank 96, seed 0")}
+    out.update({name: (here / "runs" / name, recipe) for name, recipe in (
+        ("fb0", "rival 0.5, bank 96, seed 0"), ("fb1", "rival 0.5, bank 96, seed 1"),
+        ("bk0", "rival 0.5, bank 1000, seed 0"), ("bk1", "rival 0.5, bank 1000, seed 1"),
+        *((f"r8s{s}", f"rival 0.8, bank 1000, seed {s}") for s in range(6)))})
+    out.update({f"p3s{s}": (here / "draws" / f"p3s{s}", f"r8s + styled bank, rival cheaper 0.3, seed {s}")
+                for s in range(9)})
+    out.update({f"p3m{s}": (here / "draws" / f"p3m{s}", f"p3s + misname drill 0.1, seed {s}") for s in range(4)})
+    out["p3d1"] = (here / "draws" / "p3d1", "p3m1 again (no probe; hf engine unconstrained)")
+    return out
+
+
 # (label, seen listing's evaluation, offered listing's, the new model and its domain) of the pairs a draw may hold
 PAIRS = (("probe", "eval_val_seen", "eval_probe", ("GeoMind-3B", "geography")),
          ("test, names constrained", "eval_seen", "eval_unseen_constrained", ("SciGLM-6B", "science")),
@@ -84,10 +89,13 @@ def chosen_by_probe(rows: list[dict], k: int) -> tuple[int, int]:
     return len(subsets), met
 
 
-def main() -> None:
-    old = {r["run"]: r for r in json.loads((HERE / "summary.json").read_text())}
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", type=Path, default=RECORDS, help="the records folder (draws/, summary.json, ../think)")
+    here = ap.parse_args(argv).dir
+    old = {r["run"]: r for r in json.loads((here / "summary.json").read_text())}
     rows = []
-    for name, (where, recipe) in RUNS.items():
+    for name, (where, recipe) in runs(here).items():
         if not where.exists():  # the lost runs/ folder: the row as summarised when the run was made
             rows.append({"bad_names": None, **old[name]})
             continue
@@ -107,7 +115,7 @@ def main() -> None:
                      # the probe's and (CONSTRAIN=1) the constrained decodings' pairs, each against the seen listing
                      "pairs": {label: offered(where / a, where / b, *new)
                                for label, a, b, new in PAIRS if (where / b).exists()}})
-    (HERE / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (here / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     head = f"{'run':<6} {'recipe':<42} {'SciGLM share':>12} {'EM seen':>7} {'EM diff [95% CI]':>24} " \
            f"{'cost diff 1e-6 [95% CI]':>26} {'probe':>5} {'bad names':>9}  science calls offered SciGLM-6B"
     lines = [head, "-" * len(head)]
@@ -133,12 +141,12 @@ def main() -> None:
             (el, eh) = q["em_diff_ci95"]
             lines.append(f"  {r['run']:<6} {label:<25} share {q['share']:.2f}  EM {q['em_diff']:+.3f} "
                          f"[{el:+.3f}, {eh:+.3f}]  cost {q['cost_diff_1e6']:+.2f}  bad names {q['bad_names']}")
-    (HERE / "table.txt").write_text("\n".join(lines) + "\n")
+    (here / "table.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    plot(rows)
+    plot(rows, here / "fallback.png")
 
 
-def plot(rows: list[dict]) -> None:
+def plot(rows: list[dict], out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -164,7 +172,7 @@ def plot(rows: list[dict]) -> None:
     ax.set_title("Gemma 3 270M SFT, 300 test questions: the unseen model's effect per SFT draw\n"
                  "(number above a bar: SciGLM-6B's share of the science calls; red: EM lower with it offered, 95% CI)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(HERE / "fallback.png", dpi=130)
+    fig.savefig(out, dpi=130)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,11 @@
 # GraMMA on the synthetic knowledge graph, CPU: data -> oracle -> SFT -> GRPO -> evaluation
 # -> paired comparison -> experience bank (advice from val failures, evaluated on test)
 # [-> ADVICE_RL=1: GRPO with the advice in the training prompts].
-#   bash docs/results/gramma_cpu/run.sh [hydra overrides for the GRPO stage]
+#   bash experiments/gramma_cpu/run.sh [hydra overrides for the GRPO stage]
 #   FROM_STAGE=4 bash ...   skips stages 1-3 (their outputs under $OUT are reused)
 # Outputs under $OUT (default outputs/gramma); the numbers in README.md came from this script.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python}
 OUT=${OUT:-outputs/gramma}
 N_ORACLE=${N_ORACLE:-1500}

@@ -2,7 +2,7 @@
 # LoRA vs full fine-tuning on the embedded default (CPU), one warm start, one seed each.
 
 set -euo pipefail
-cd "$(dirname "$0")/../../../.."
+cd "$(dirname "$0")/../.."
 export PYTHON=python OMP_NUM_THREADS=1
 R=${R:-/tmp/lora_cpu}
 mkdir -p $R

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # On-policy vs one-step off-policy PPO, end to end: a warm-started router (`SFT=` its directory,
-# `DATA=` the simulated QA parquet files that train.sh / scripts/pipeline_gpu.sh write) against the
+# `DATA=` the simulated QA parquet files that train.sh / experiments/gemma_h200/pipeline_gpu.sh write) against the
 # simulated pool server with realistic latency (x2: ~0.5-3 s per call, heavy tail). The two runs go
 # one after the other: same seed, same data order, same latency profile. Extra arguments are
 # hydra overrides for both runs.
 #
 #   CPU (the embedded 0.85M policy):
-#   SFT=outputs/embedded/sft DATA=outputs/embedded/data bash docs/results/rollout_schedule/run_offpolicy.sh
+#   SFT=outputs/embedded/sft DATA=outputs/embedded/data bash experiments/rollout_schedule/run_offpolicy.sh
 #   one GPU (the 270M pipeline policy; hf_static rollouts, overlap = pool + CPU env):
-#   SFT=outputs/gpu_pipeline/sft DATA=outputs/gpu_pipeline/data STEPS=40 POOL_FLAGS="--world-entities 150" bash docs/results/rollout_schedule/run_offpolicy.sh \
+#   SFT=outputs/gpu_pipeline/sft DATA=outputs/gpu_pipeline/data STEPS=40 POOL_FLAGS="--world-entities 150" bash experiments/rollout_schedule/run_offpolicy.sh \
 #     trainer.device=cuda model.dtype=auto rollout.name=hf_static data.train_batch_size=64 rollout.max_batch_size=128 \
 #     actor.ppo_mini_batch_size=32 actor.ppo_micro_batch_size=32 critic.ppo_mini_batch_size=32 critic.ppo_micro_batch_size=32
 #   two GPUs in one process (the rollout engine on the second: the whole rollout runs beside the update):
 #   ... the same, plus rollout.device=cuda:1
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python}
 SFT=${SFT:?the SFT model directory (train.sh stage 3)}
 DATA=${DATA:?the directory with train.parquet and val.parquet}
@@ -32,34 +32,4 @@ for k in 0 1; do
     trainer.total_steps="$STEPS" trainer.test_freq=0 trainer.val_before_train=false trainer.export_hf=false \
     trainer.resume=none trainer.off_policy_steps=$k "$@"
 done
-$PY - "$OUT" <<'EOF'
-import json, statistics, sys
-out = sys.argv[1]
-rows = {k: [json.loads(l) for l in open(f"{out}/off{k}/metrics.jsonl")] for k in (0, 1)}
-rows = {k: [r for r in v if "timing/step" in r] for k, v in rows.items()}
-for k, v in rows.items():
-    steps = [r["timing/step"] for r in v[1:]]  # step 1 includes warm-up (and plays on-policy in both)
-    print(f"off_policy_steps={k}: median step {statistics.median(steps):.2f} s over steps 2..{len(v)}; "
-          f"rollout wait {statistics.median(r['timing/rollout_wait'] for r in v[1:]):.2f} s; "
-          f"reward by step " + " ".join(f"{r['reward/mean']:.3f}" for r in v))
-a = statistics.median(r["timing/step"] for r in rows[0][1:])
-b = statistics.median(r["timing/step"] for r in rows[1][1:])
-print(f"speedup off-policy vs on-policy per step: {a / b:.2f}x")
-stale = [r.get("offpolicy/staleness") for r in rows[1]]
-print("off-policy staleness by step:", stale, " IS weight mean by step:",
-      [round(r.get("offpolicy/is_weight_mean", float("nan")), 3) for r in rows[1]])
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
-for k, label in ((0, "on-policy"), (1, "one-step off-policy")):
-    steps = [r["step"] for r in rows[k]]
-    ax[0].plot(steps, [r["reward/mean"] for r in rows[k]], marker="o", label=label)
-    ax[1].plot(steps, [r["timing/step"] for r in rows[k]], marker="o", label=label)
-ax[0].set(xlabel="step", ylabel="training reward (mean)")
-ax[1].set(xlabel="step", ylabel="step wall time (s)")
-ax[0].legend()
-fig.tight_layout()
-fig.savefig(f"{out}/offpolicy.png", dpi=100)
-print(f"plot: {out}/offpolicy.png")
-EOF
+$PY -m experiments.rollout_schedule.summarize "$OUT/off0/metrics.jsonl" "$OUT/off1/metrics.jsonl" --plot "$OUT/offpolicy.png"

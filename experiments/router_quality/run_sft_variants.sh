@@ -4,12 +4,12 @@
 # 2 threads (as on the 2-core machine), and evaluates the SFT model greedily on the 300 test questions
 # with the simulated pool in-process. The variants run side by side, 2 threads each (a 16-core host).
 #
-#   VARIANTS="base clean clean_syll" bash docs/results/router_quality/run_sft_variants.sh
+#   VARIANTS="base clean clean_syll" bash experiments/router_quality/run_sft_variants.sh
 #
 # Results: $BACK/summary.txt (each variant's data report and evaluation table), $BACK/runs.tgz (logs,
 # summaries, trajectories; no weights).
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 PY=${PY:-python3}
 W=${WORK:-/tmp/variants}
 BACK=${BACK:-outputs/variants}

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Issue 30 on one H200: sync on-policy, one-step off-policy and streaming rollouts (rollout.in_flight at
-# 1.5x, 2x and 3x the batch) with the 270M pipeline (docs/results/h200/run_async_lora_ray.sh's warm start
+# 1.5x, 2x and 3x the batch) with the 270M pipeline (experiments/async_lora_ray/run_async_lora_ray.sh's warm start
 # and PPO settings) against the simulated pool at realistic latency (x1). Two phases, each one device call
 # of at most ~8 minutes (RUN_S of training per run, three runs, plus the warm start on a fresh machine):
 #
-#   bash docs/results/h200/run_streaming.sh a   # carry .whl: warm start, sync, off-policy, streaming 2x
-#   bash docs/results/h200/run_streaming.sh b   # carry .whl: streaming 1.5x and 3x, sync again (its noise)
-#   python scripts/summarize_streaming.py <the two phases' results, unpacked side by side>
+#   bash experiments/streaming/run_streaming.sh a   # carry .whl: warm start, sync, off-policy, streaming 2x
+#   bash experiments/streaming/run_streaming.sh b   # carry .whl: streaming 1.5x and 3x, sync again (its noise)
+#   python -m experiments.streaming.summarize <the two phases' results, unpacked side by side>
 #
 # Results: $OUT/<phase>.txt (the log) and $OUT/<phase>.tgz (metrics per run, the pool log). Steps per hour,
-# samples/s and tokens/s/GPU come from the metrics (scripts/summarize_streaming.py). .whl holds the wheels
+# samples/s and tokens/s/GPU come from the metrics (experiments/streaming/summarize.py). .whl holds the wheels
 # the device image lacks (hydra-core, omegaconf, antlr4, openai and its pydantic stack).
 # A smoke run on CPU: DEVICE=cpu MODEL='{...tiny...}' N_ORACLE=100 SFT_EPOCHS=1 BATCH=8 RUN_S=20 WORK=/tmp/smoke
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 PHASE=${1:?a | b}
 BACK=${OUT:-outputs/h200_streaming}
 W=${WORK:-/tmp/wave}
@@ -24,7 +24,7 @@ exec > >(tee "$BACK/$PHASE.txt") 2>&1
 DEVICE=${DEVICE:-cuda} N_ORACLE=${N_ORACLE:-2000} SFT_EPOCHS=${SFT_EPOCHS:-3} BATCH=${BATCH:-64} RUN_S=${RUN_S:-80}
 MODEL=${MODEL:-'{"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 2048, "tie_word_embeddings": true, "rope_theta": 10000.0}'}
 start=$(date +%s)
-source docs/results/h200/sim_warm_start.sh
+source experiments/gemma_h200/sim_warm_start.sh
 stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
 
 stage "wheels"
@@ -81,7 +81,7 @@ b)
   ;;
 esac
 stage "summary of this phase"
-$PY scripts/summarize_streaming.py "$W/results" || true
+$PY -m experiments.streaming.summarize "$W/results" || true
 stage "pack"
 [ "$DEVICE" = cpu ] || nvidia-smi --query-gpu=memory.used --format=csv,noheader
 tar czf "$BACK/$PHASE.tgz" -C "$W/results" "$PHASE" && ls -la "$BACK/$PHASE.tgz"

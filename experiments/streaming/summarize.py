@@ -1,9 +1,9 @@
-"""Summarise the runs of docs/results/h200/run_streaming.sh (issue 30): per run steps per hour, samples
+"""Summarise the runs of experiments/streaming/run_streaming.sh (issue 30): per run steps per hour, samples
 per second, tokens per second per GPU (prompt + generated over the whole step, NeMo-RL's unit),
 staleness, drops and importance weights; each run's speedup against sync; reward, format and EM
 against samples trained, as summary.json, throughput.png and learning_curves.png.
 
-    python scripts/summarize_streaming.py DIR [--gpus 1]   # DIR/<phase>/<run>_metrics.jsonl[.gz]
+    python -m experiments.streaming.summarize DIR [--gpus 1]   # DIR/<phase>/<run>_metrics.jsonl[.gz]
 """
 from __future__ import annotations
 

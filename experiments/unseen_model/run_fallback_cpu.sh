@@ -4,7 +4,7 @@
 # --fallback-drill, as docs/results/h200/gemma_unseen/fallback on Gemma), then the 300 test questions with and
 # without SciGLM-6B offered, paired. SciGLM-6B's name token gets a row drawn like the routed names'
 # (tools/analysis/new_model_names.py) before it is offered.
-#   bash docs/results/unseen_model/fallback_cpu/run.sh [RUN]      # RUN default outputs/unseen/fallback_cpu
+#   bash experiments/unseen_model/run_fallback_cpu.sh [RUN]      # RUN default outputs/unseen/fallback_cpu
 # N, EPOCHS, RIVAL, BANK override the rows, epochs, rival share and name bank; RIVAL_CHEAPER the share of rival lines
 # that undercut the pick (--rival-cheaper), BANK_STYLES=1 gives the bank real model names' shapes (--bank-styles).
 set -euo pipefail

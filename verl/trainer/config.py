@@ -46,7 +46,7 @@ class DataConfig:
 class RolloutConfig:
     """`rollout`: the decoding engine and its sampling."""
 
-    name: str = "hf"  # hf (transformers, everywhere) | hf_static (static KV cache + CUDA-graph decode; Llama/Qwen2/Gemma 3 shapes; the fast choice on GPU without vLLM) | vllm (GPU, the vllm extra). On the H200 hf wrote a wrong first token in one chunk per call with Gemma 3 (docs/results/h200): use hf_static there
+    name: str = "hf"  # hf (transformers, everywhere) | hf_static (static KV cache + CUDA-graph decode; Llama/Qwen2/Gemma 3 shapes; the fast choice on GPU without vLLM) | vllm (GPU, the vllm extra). On the H200 hf wrote a wrong first token in one chunk per call with Gemma 3 (docs/results.md, the H200 runs): use hf_static there
     temperature: float = 1.0  # training sampling temperature
     top_p: float = 1.0  # nucleus sampling
     top_k: int = -1  # top-k sampling (-1 = off)

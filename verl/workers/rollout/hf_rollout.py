@@ -126,7 +126,7 @@ class HFRollout:
         self._asleep = False
         # The engine decodes on a CUDA stream of its own: a rollout played ahead (off-policy) then never
         # queues the update's kernels behind its decode steps on the shared default stream (what is left
-        # is host-side contention: docs/results/h200/async_lora_ray). `_weights_ready` orders the
+        # is host-side contention, as measured on the H200: docs/results.md). `_weights_ready` orders the
         # stream after the last copy of new weights.
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._weights_ready: torch.cuda.Event | None = None

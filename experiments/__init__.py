@@ -1,0 +1,1 @@
+"""The lab beside the library: one package per experiment (run scripts, summarizer, README); records in docs/results."""

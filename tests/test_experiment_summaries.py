@@ -1,0 +1,46 @@
+"""The experiments' summarizers rewrite their committed tables from the committed records byte for byte (run on a
+copy, so the records stay as they are); a changed record changes the table."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FALLBACK = ROOT / "docs/results/h200/gemma_unseen/fallback"
+OFFPOLICY = ROOT / "docs/results/rollout_schedule"
+
+
+def run(module, *args):
+    proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_gemma_unseen_summary_reproduces_table_and_summary(tmp_path):
+    shutil.copytree(FALLBACK.parent, tmp_path / "gemma_unseen")
+    here = tmp_path / "gemma_unseen/fallback"
+    out = run("experiments.gemma_unseen.summarize", "--dir", here)
+    assert (here / "table.txt").read_bytes() == (FALLBACK / "table.txt").read_bytes()
+    assert (here / "summary.json").read_bytes() == (FALLBACK / "summary.json").read_bytes()
+    assert out == (FALLBACK / "table.txt").read_text() and (here / "fallback.png").stat().st_size > 10_000
+    # one draw's seen-listing EM doubled: its row, and only its row, changes
+    summary = here / "draws/p3d1/eval_seen/summary.json"
+    record = json.loads(summary.read_text())
+    record["runs"][0]["overall"]["em"] *= 2
+    summary.write_text(json.dumps(record))
+    run("experiments.gemma_unseen.summarize", "--dir", here)
+    changed = [a for a, b in zip((here / "table.txt").read_text().splitlines(),
+                                 (FALLBACK / "table.txt").read_text().splitlines()) if a != b]
+    assert len(changed) == 1 and changed[0].startswith("p3d1 ")
+
+
+def test_rollout_schedule_summary_reproduces_the_cpu_record(tmp_path):
+    metrics = OFFPOLICY / "offpolicy_cpu"
+    out = run("experiments.rollout_schedule.summarize", metrics / "metrics_on_policy.jsonl",
+              metrics / "metrics_off_policy.jsonl", "--plot", tmp_path / "offpolicy.png")
+    recorded = (OFFPOLICY / "offpolicy_cpu.txt").read_text().splitlines()
+    assert out.splitlines()[:-1] == recorded[:-1]  # all but the line naming where the plot went
+    assert "speedup off-policy vs on-policy per step: 1.26x" in out
+    assert (tmp_path / "offpolicy.png").stat().st_size > 10_000
