@@ -35,6 +35,17 @@ class RolloutResult:
                 raise ValueError(f"RolloutResult.{name} has {len(col)} rows, expected {n}")
 
 
+def pick_episodes(results: list[RolloutResult], idx: list[int]) -> RolloutResult:
+    """Episodes `idx` of `results` laid end to end."""
+    def column(get) -> list:
+        flat = [x for r in results for x in get(r)]
+        return [flat[i] for i in idx]
+
+    return RolloutResult(column(lambda r: r.prompt_ids), column(lambda r: r.response_ids),
+                         column(lambda r: r.response_mask),
+                         {k: column(lambda r, k=k: r.info[k]) for k in results[0].info})
+
+
 class Env(Protocol):
     def rollout(self, rows: list, generate: GenerateFn, sampling: SamplingParams,
                 validate: bool) -> RolloutResult: ...

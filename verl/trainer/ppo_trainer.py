@@ -3,21 +3,20 @@ with trainer.mode=sft one step = one length-bucketed batch of data.sft_files -> 
 (`sft_step`), through the same loop, checkpoints and logging.
 
 Read `step()` top to bottom; everything else is bookkeeping (validation, checkpoints,
-logging). With trainer.off_policy_steps=1 the next step's rollout (generation and pool calls)
-runs in a background thread while this step trains (see `fit` and `off_policy_weights`); with
-rollout.in_flight > 0 rollouts stream (verl/trainer/streaming.py, `take_streamed`). The workers (actor, critic, reference) live behind worker groups, so the
-same loop drives one CPU process, a torchrun launch, or Ray actors.
+logging). Where a step's episodes come from is the rollout schedule's business
+(verl/trainer/rollout_schedule.py): played now, played ahead while the previous step trains
+(trainer.off_policy_steps=1, weighted by `off_policy_weights`), or streamed (rollout.in_flight > 0).
+The workers (actor, critic, reference) live behind worker groups, so the same loop drives one CPU
+process, a torchrun launch, or Ray actors.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
 import shutil
 import time
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +35,9 @@ from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
 from verl.trainer.config import RUN_CONFIG, config_changes, save_run_config
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
-from verl.trainer.env_interface import Env, RolloutResult
+from verl.trainer.env_interface import Env, RolloutResult, pick_episodes
+from verl.trainer.rollout_schedule import make_schedule
 from verl.trainer.sft_data import SFTSet, collate
-from verl.trainer.streaming import StreamingRollout
 from verl.trainer.tracking import Tracker, on_terminal, plot_curves, timer, trim_jsonl
 from verl.workers.fsdp import CheckpointError
 from verl.workers.rollout.base import AsyncRolloutBackend, GenOutput, SamplingParams
@@ -64,17 +63,6 @@ class Played:
 def _n_informative(played: list[Played]) -> int:
     rows = [r for p in played for r in p.rows]
     return sum(informative_groups(np.concatenate([p.scores for p in played]), [r.uid for r in rows]).values())
-
-
-@dataclasses.dataclass
-class Collected:
-    """One step's training episodes, ready for the update."""
-
-    batch: DataProto
-    env_metrics: dict[str, list]
-    metrics: dict[str, float]   # timing/gen and friends
-    version: int                # updates the sampling policy had seen (global_step when it was synced)
-    gen_batches: int            # the data order's batch counter before this rollout drew its rows
 
 
 def logprob_mismatch(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor
@@ -140,17 +128,6 @@ class _LocalAsyncEngine:
             release(context_ids)
 
 
-def _pick(results: list[RolloutResult], idx: list[int]) -> RolloutResult:
-    """Episodes `idx` of the results laid end to end."""
-    def column(get) -> list:
-        flat = [x for r in results for x in get(r)]
-        return [flat[i] for i in idx]
-
-    return RolloutResult(column(lambda r: r.prompt_ids), column(lambda r: r.response_ids),
-                         column(lambda r: r.response_mask),
-                         {k: column(lambda r, k=k: r.info[k]) for k in results[0].info})
-
-
 MAX_BAD_STEPS = 10  # consecutive steps with a non-finite gradient (updates skipped) before a run gives up
 
 
@@ -187,47 +164,13 @@ class PPOTrainer:
         self.sft_tokens = 0  # sft: real tokens trained on so far
         self.sft_losses: list[float] = []  # sft: this process's per-step policy-token losses (sft_summary.json)
         self.stopped = "done"  # why fit ended: done, or the time limit
-        self.off_policy_steps = int(cfg.trainer.off_policy_steps)
-        if self.off_policy_steps not in (0, 1):
-            raise ValueError(f"trainer.off_policy_steps must be 0 or 1, got {self.off_policy_steps}")
-        if self.off_policy_steps and dist is not None and dist.world_size > 1:
-            # the rollout's gather is a collective: in a thread beside the update's collectives it could interleave
-            raise ValueError("trainer.off_policy_steps=1 runs with one process (or Ray), not under torchrun with "
-                             f"{dist.world_size} processes")
-        self._ahead: Future | None = None  # the next step's rollout, running while this step trains
-        self._env_state_before_ahead: dict = {}  # env.state_dict() taken as that rollout started
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if self.off_policy_steps else None
-        self.in_flight = int(cfg.rollout.get("in_flight", 0))  # prompt groups in play; 0: no streaming
-        self.max_staleness = int(cfg.trainer.get("max_staleness", 1))
-        self._stream: StreamingRollout | None = None
-        self._stream_pending: list[int] = []  # a checkpoint's groups that were in play: played first on resume
-        if self.in_flight:
-            self._check_streaming(dist)
+        self.off_policy_steps = int(cfg.trainer.off_policy_steps)  # the engine view's stale-weights check reads it
+        self.schedule = make_schedule(self, cfg, dist)  # sync, off-policy or streaming: where episodes come from
         if alg.dynamic_sampling.enable and cfg.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n > 1 (it keeps groups whose rewards differ)")
         if alg.get("whiten_by") and (alg.adv_estimator != "gae" or not alg.whiten_advantages):
             raise ValueError(f"algorithm.whiten_by={alg.whiten_by!r} whitens GAE advantages: it needs adv_estimator=gae "
                              "and whiten_advantages=true (grpo already compares within a prompt's group)")
-
-    def _check_streaming(self, dist) -> None:
-        cfg = self.cfg
-        why = None
-        if self.in_flight < cfg.data.train_batch_size:
-            why = f"rollout.in_flight={self.in_flight} must be >= data.train_batch_size={cfg.data.train_batch_size}"
-        elif self.max_staleness < 0:
-            why = f"trainer.max_staleness must be >= 0, got {self.max_staleness}"
-        elif self.off_policy_steps:
-            why = "rollout.in_flight (streaming) and trainer.off_policy_steps=1 are two ways to the same end: pick one"
-        elif cfg.algorithm.dynamic_sampling.enable:
-            why = "rollout.in_flight (streaming) with algorithm.dynamic_sampling is not built"
-        elif dist is not None and dist.world_size > 1:
-            why = f"rollout.in_flight (streaming) runs with one process (or Ray), not {dist.world_size} torchrun ranks"
-        if why:
-            raise ValueError(why)
-
-    @property
-    def streaming(self) -> bool:
-        return self.in_flight > 0
 
     # ------------------------------------------------------------------ rollout
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[GenOutput]:
@@ -270,7 +213,7 @@ class PPOTrainer:
         step = self.global_step if step is None else step
         return SamplingParams(temperature=temperature, top_p=r.top_p, top_k=r.top_k,
                               max_new_tokens=r.response_length, seed=self.cfg.trainer.seed + step,
-                              return_logprobs=(bool(self.off_policy_steps) or self.streaming or r.name == "vllm")
+                              return_logprobs=(self.schedule.off_policy or r.name == "vllm")
                               and not validate)
 
     def play(self, rows, validate: bool, sampling: SamplingParams | None = None,
@@ -350,7 +293,7 @@ class PPOTrainer:
         scores = np.concatenate([p.scores for p in played])  # (episodes,)
         env_metrics = {k: [x for p in played for x in p.metrics[k]] for k in played[0].metrics}
         keep = self._keep_informative(rows, scores, len(played), metrics) if ds.enable else list(range(len(rows)))
-        result = _pick([p.result for p in played], keep)
+        result = pick_episodes([p.result for p in played], keep)
         sampling = self.sampling(validate=False, step=step)  # the temperature every played batch shares
         return self.to_batch(result, [rows[i] for i in keep], scores[keep], sampling), env_metrics
 
@@ -360,9 +303,9 @@ class PPOTrainer:
         if k and sampling.seed is not None:  # fresh sampling noise for each extra batch of a step
             sampling = dataclasses.replace(sampling, seed=sampling.seed + 100_003 * k)
         result, scores, env_metrics = self.play(rows, validate=False, sampling=sampling, sync=sync)
-        return self._scored(rows, result, scores, env_metrics, k, step)
+        return self.scored(rows, result, scores, env_metrics, k, step)
 
-    def _scored(self, rows, result: RolloutResult, scores: np.ndarray, env_metrics: dict, k: int,
+    def scored(self, rows, result: RolloutResult, scores: np.ndarray, env_metrics: dict, k: int,
                 step: int | None) -> Played:
         """A played batch with the overlong penalty (when on) in its scores; the first of a step is dumped."""
         o = self.cfg.algorithm.overlong_penalty
@@ -401,135 +344,33 @@ class PPOTrainer:
         return keep
 
     # ------------------------------------------------------------------ one update
-    def collect(self, rows, step: int | None = None, sync: bool = True, version: int | None = None) -> Collected:
-        """The rollout half of a step: training episodes for `rows`, padded, with their timing. `version`:
-        the updates the rollout weights have seen (default: now); a rollout played ahead gets it from
-        the thread that synced them, since this one may start after that thread's update ended."""
-        metrics: dict[str, float] = {}
-        version = self.global_step if version is None else version
-        gen_batches = self.gen_batches - 1  # next_rows() already drew `rows`; extra DAPO draws come after
-        decode_before = self.decode_s
-        with timer("gen", metrics):
-            batch, env_metrics = self.train_episodes(rows, metrics, step, sync)  # DAPO may drop and refill groups
-        # the rollout's wall time, split: decoding, and the rest (pool calls not hidden by decoding)
-        metrics["timing/decode"] = self.decode_s - decode_before
-        metrics["timing/env_wait"] = metrics["timing/gen"] - metrics["timing/decode"]
-        return Collected(batch, env_metrics, metrics, version, gen_batches)
-
-    def play_ahead(self) -> None:
-        """Off-policy: start the next step's rollout in the background with the current weights."""
-        self.actor.sync_rollout()  # here, in this thread: the update that follows must not race the copy
-        # the env's state before the rollout played ahead scores into it (cost window): what a checkpoint
-        # saved while it is untrained must hold, since a resumed run plays its rows again
-        self._env_state_before_ahead = copy.deepcopy(self.env.state_dict())
-        self._ahead = self._pool.submit(self.collect, self.next_rows(), self.global_step + 1, False, self.global_step)
-
-    def take_streamed(self) -> Collected:
-        """Streaming: sync the engine, let the groups in play decode again, and collect the first
-        data.train_batch_size that finish (scored now: the env's state holds trained episodes only)."""
-        self.actor.sync_rollout()
-        if self._stream is None:
-            self._stream = StreamingRollout(
-                self.env, self.engine(), self.next_indices, self.group_rows,
-                lambda version: self.sampling(validate=False, step=version), self.in_flight, self.max_staleness,
-                version=self.global_step, pending=self._stream_pending)
-        metrics: dict[str, float] = {}
-        engine, decode_before = self._stream.gate.engine, self.decode_s
-        busy_before = engine.busy_s() if isinstance(engine, _LocalAsyncEngine) else 0.0
-        with timer("gen", metrics):
-            groups, stream_metrics = self._stream.take(self.cfg.data.train_batch_size, self.global_step)
-        rows = [r for g in groups for r in g.rows]
-        result = _pick([g.result for g in groups], list(range(len(rows))))
-        scores, env_metrics = self.env.score(result, rows, False)
-        played = self._scored(rows, result, np.asarray(scores, dtype=np.float32), env_metrics, 0, None)
-        metrics.update(stream_metrics)
-        busy = engine.busy_s() - busy_before if isinstance(engine, _LocalAsyncEngine) else 0.0
-        metrics["timing/decode"] = busy + self.decode_s - decode_before  # (the engine's, or batch generate's)
-        version = self.global_step - int(stream_metrics["stream/staleness_max"])
-        batch = self.to_batch(result, rows, played.scores, self.sampling(validate=False))  # every group's temperature
-        batch.batch["staleness"] = torch.tensor([float(g.staleness(self.global_step)) for g in groups
-                                                 for _ in g.rows])  # (batch,)
-        return Collected(batch, played.metrics, metrics, version, self.gen_batches)
-
-    def join_ahead(self) -> Collected | None:
-        """Wait for the rollout played ahead, if any, and keep it for the next step (validation and
-        saving need the engine and a quiet env)."""
-        return None if self._ahead is None else self._ahead.result()
-
-    def next_collected(self) -> tuple[Collected, float]:
-        """The next step's episodes: the rollout played ahead (waited for), else played now; and the wait."""
+    def step(self) -> dict[str, float]:
+        """One update: the schedule's next batch, old log-probs, reference log-probs, values,
+        advantages, critic update, actor update, then the step's metrics."""
+        cfg = self.cfg
         start = time.perf_counter()
-        if self.streaming:
-            collected = self.take_streamed()
-        elif self._ahead is not None:
-            collected, self._ahead = self._ahead.result(), None
-        else:
-            collected = self.collect(self.next_rows())
-        return collected, time.perf_counter() - start
-
-    def step(self, rows=None, collected: Collected | None = None, waited_s: float = 0.0) -> dict[str, float]:
-        """One update on the episodes of `rows` (played now) or on `collected` (played ahead, after waiting
-        `waited_s` for it)."""
-        cfg, alg = self.cfg, self.cfg.algorithm
-        start = time.perf_counter() - waited_s
-        if collected is None:
-            collected = self.collect(rows)
-        if self.off_policy_steps and self.global_step < cfg.trainer.total_steps - 1:
-            self.play_ahead()  # step k+1's rollout runs while step k trains
-        batch, env_metrics, metrics = collected.batch, collected.env_metrics, dict(collected.metrics)
-        metrics["offpolicy/staleness"] = float(self.global_step - collected.version)  # updates since sampling
+        rollout = self.schedule.next_batch(self.global_step)  # played now, played ahead, or streamed
+        batch, metrics = rollout.batch, dict(rollout.metrics)
         with timer("train", metrics):
             mask = batch.batch["response_mask"].float()  # (batch, response_len)
-            expected = SamplingParams(temperature=cfg.rollout.temperature).logprob_temperature  # greedy: 1
-            if batch.meta.get("temperature") != expected:
-                raise ValueError(f"the batch was sampled at temperature {batch.meta.get('temperature')!r} but "
-                                 f"rollout.temperature is {cfg.rollout.temperature}: its log-probs and ratios "
-                                 "would be computed for another policy")
-            if cfg.rollout.name == "vllm" and not self.off_policy_steps:
+            self._check_temperature(batch)
+            if cfg.rollout.name == "vllm" and not self.schedule.overlaps_update:
                 self.actor.sleep_rollout()  # vLLM frees its weights and KV cache; the next sync wakes it
 
             with timer("old_log_prob", metrics):
                 batch = batch.union(self.actor.compute_log_prob(batch))
             if "rollout_log_probs" in batch.batch:  # training/inference drift, as veRL reports it
                 metrics.update(logprob_mismatch(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], mask))
-            if self.off_policy_steps or self.streaming:
-                if "rollout_log_probs" not in batch.batch:
-                    raise ValueError("trainer.off_policy_steps=1 and rollout.in_flight need the sampling engine's log-probs: the env must "
-                                     "return info['rollout_log_probs'] when sampling.return_logprobs is set")
-                weights, is_stats = off_policy_weights(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"],
-                                                       mask, alg.rollout_is_cap)
-                if "staleness" in batch.batch:  # streaming: episodes the current weights sampled have behaviour
-                    fresh = batch.batch["staleness"] == 0  # policy pi_old itself (the ratio's ~1e-3 is numerics)
-                    weights = torch.where(fresh[:, None], mask, weights)
-                batch.batch["rollout_is_weights"] = weights
-                metrics.update(is_stats)
+            if self.schedule.off_policy:
+                batch.batch["rollout_is_weights"] = self._is_weights(batch, mask, metrics)
             if self.ref is not None:
                 with timer("ref", metrics):
                     batch = batch.union(self.ref.compute_ref_log_prob(batch))
             if self.critic is not None:
                 with timer("values", metrics):
                     batch = batch.union(self.critic.compute_values(batch))
-
             with timer("adv", metrics):
-                token_scores = place_score_on_last_token(batch.batch["scores"], mask)  # (batch, response_len)
-                if alg.use_kl_in_reward and self.ref is not None:
-                    token_rewards, kl = apply_kl_penalty(token_scores, batch.batch["old_log_probs"],
-                                                         batch.batch["ref_log_prob"], mask,
-                                                         self.kl_ctrl.value, alg.kl_penalty)
-                    self.kl_ctrl.update(float(kl), n_steps=len(batch))
-                    metrics.update({"actor/reward_kl": float(kl), "actor/kl_coef": self.kl_ctrl.value})
-                else:
-                    token_rewards = token_scores
-                if alg.adv_estimator == "gae":
-                    adv, returns = compute_gae(token_rewards, batch.batch["values"], mask,
-                                               gamma=alg.gamma, lam=alg.lam, whiten=alg.whiten_advantages,
-                                               whiten_groups=batch.non_tensor.get("whiten_group"))
-                elif alg.adv_estimator == "grpo":
-                    adv, returns = compute_grpo_advantages(token_rewards.sum(-1), batch.non_tensor["uid"], mask,
-                                                           norm_by_std=alg.grpo_norm_by_std)
-                else:
-                    raise ValueError(f"algorithm.adv_estimator: unknown {alg.adv_estimator!r} (gae | grpo)")
-                batch.batch.update({"token_level_rewards": token_rewards, "advantages": adv, "returns": returns})
+                batch.batch.update(self._advantages(batch, mask, metrics))
 
             if self.critic is not None:
                 with timer("update_critic", metrics):
@@ -539,17 +380,66 @@ class PPOTrainer:
                     metrics.update(self.actor.update_actor(batch))
         # wall time of the step as the loop sees it: a rollout played ahead counts only where it was waited for
         metrics["timing/step"] = time.perf_counter() - start
+        metrics.update(self._episode_metrics(batch, rollout.env_metrics, mask, metrics["timing/step"]))
+        metrics.update(self.schedule.after_update())
+        return metrics
 
-        for name, values in env_metrics.items():  # over every episode played, "reward" included
+    def _check_temperature(self, batch: DataProto) -> None:
+        expected = SamplingParams(temperature=self.cfg.rollout.temperature).logprob_temperature  # greedy: 1
+        if batch.meta.get("temperature") != expected:
+            raise ValueError(f"the batch was sampled at temperature {batch.meta.get('temperature')!r} but "
+                             f"rollout.temperature is {self.cfg.rollout.temperature}: its log-probs and ratios "
+                             "would be computed for another policy")
+
+    def _is_weights(self, batch: DataProto, mask: torch.Tensor, metrics: dict) -> torch.Tensor:
+        """Truncated importance weights (batch, response_len) of episodes an older policy may have sampled."""
+        if "rollout_log_probs" not in batch.batch:
+            raise ValueError("trainer.off_policy_steps=1 and rollout.in_flight need the sampling engine's log-probs: the env must "
+                             "return info['rollout_log_probs'] when sampling.return_logprobs is set")
+        weights, is_stats = off_policy_weights(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"],
+                                               mask, self.cfg.algorithm.rollout_is_cap)
+        if "staleness" in batch.batch:  # streaming: episodes the current weights sampled have behaviour
+            fresh = batch.batch["staleness"] == 0  # policy pi_old itself (the ratio's ~1e-3 is numerics)
+            weights = torch.where(fresh[:, None], mask, weights)
+        metrics.update(is_stats)
+        return weights
+
+    def _advantages(self, batch: DataProto, mask: torch.Tensor, metrics: dict) -> dict[str, torch.Tensor]:
+        """Token rewards (the score on the last policy token, minus the KL penalty when in the reward),
+        advantages and returns, each (batch, response_len)."""
+        alg = self.cfg.algorithm
+        token_scores = place_score_on_last_token(batch.batch["scores"], mask)  # (batch, response_len)
+        if alg.use_kl_in_reward and self.ref is not None:
+            token_rewards, kl = apply_kl_penalty(token_scores, batch.batch["old_log_probs"],
+                                                 batch.batch["ref_log_prob"], mask,
+                                                 self.kl_ctrl.value, alg.kl_penalty)
+            self.kl_ctrl.update(float(kl), n_steps=len(batch))
+            metrics.update({"actor/reward_kl": float(kl), "actor/kl_coef": self.kl_ctrl.value})
+        else:
+            token_rewards = token_scores
+        if alg.adv_estimator == "gae":
+            adv, returns = compute_gae(token_rewards, batch.batch["values"], mask,
+                                       gamma=alg.gamma, lam=alg.lam, whiten=alg.whiten_advantages,
+                                       whiten_groups=batch.non_tensor.get("whiten_group"))
+        elif alg.adv_estimator == "grpo":
+            adv, returns = compute_grpo_advantages(token_rewards.sum(-1), batch.non_tensor["uid"], mask,
+                                                   norm_by_std=alg.grpo_norm_by_std)
+        else:
+            raise ValueError(f"algorithm.adv_estimator: unknown {alg.adv_estimator!r} (gae | grpo)")
+        return {"token_level_rewards": token_rewards, "advantages": adv, "returns": returns}
+
+    def _episode_metrics(self, batch: DataProto, env_metrics: dict[str, list], mask: torch.Tensor,
+                         step_s: float) -> dict[str, float]:
+        """The env's metrics over every episode played, then the trained batch's size, length, advantage, throughput."""
+        metrics: dict[str, float] = {}
+        for name, values in env_metrics.items():  # "reward" included
             metrics.update(_summary(name, values))
         if self.rollout_imbalance is not None:
             metrics["rollout/load_imbalance"] = self.rollout_imbalance
         metrics["batch/episodes"] = float(len(batch))  # episodes this update trained on (samples per step)
         metrics["response_length/mean"] = float(batch.batch["response_mask"].sum(-1).float().mean())
         metrics["adv/mean"] = float(masked_mean(batch.batch["advantages"], mask))
-        metrics["timing/tokens_per_s"] = float(batch.batch["attention_mask"].sum()) / metrics["timing/step"]
-        if self._ahead is not None:
-            metrics["timing/ahead_done_at_update_end"] = float(self._ahead.done())
+        metrics["timing/tokens_per_s"] = float(batch.batch["attention_mask"].sum()) / step_s
         return metrics
 
     def sft_step(self) -> dict[str, float]:
@@ -600,16 +490,9 @@ class PPOTrainer:
         if self.critic is not None:
             self.critic.save_checkpoint(str(step_dir / "critic"))
         if self.is_main:
-            # a rollout played ahead is not trained yet: a resumed run plays its rows again, so the env's state
-            # (e.g. the cost window) is saved as it was before that rollout scored into it
-            ahead = self.join_ahead()
-            env_state = {} if self.env is None else (
-                self.env.state_dict() if ahead is None else self._env_state_before_ahead)
-            state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value,
-                     "env": env_state, "sft_tokens": self.sft_tokens,
-                     "gen_batches": self.gen_batches if ahead is None else ahead.gen_batches}
-            if self._stream is not None:  # groups in play are not trained: a resumed run plays them first
-                state["stream_pending"], state["gen_batches"] = self._stream.pending(lambda: self.gen_batches)
+            # env state and draw counter as of the trained episodes: a resumed run replays the untrained ones
+            state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value, "sft_tokens": self.sft_tokens,
+                     **self.schedule.state_dict()}
             torch.save(state, step_dir / "trainer_state.pt")
             (step_dir / "trainer_state.json").write_text(json.dumps(
                 {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value}))
@@ -654,7 +537,7 @@ class PPOTrainer:
         self.gen_batches = int(state.get("gen_batches", self.global_step))  # one batch per step before DAPO
         self.kl_ctrl.value = float(state["kl_coef"])  # both controllers keep it as a plain attribute
         self.sft_tokens = int(state.get("sft_tokens", 0))
-        self._stream_pending = [int(i) for i in state.get("stream_pending", [])]
+        self.schedule.load_state_dict(state)
 
     def resume(self) -> None:
         """resume=auto: the newest checkpoint that verifies and loads (damaged ones are reported and
@@ -705,12 +588,7 @@ class PPOTrainer:
                    disable=not self.is_main or not on_terminal(),  # redirected: the tracker's lines, no redraws
                    initial=self.global_step, total=t.total_steps)
         for step in bar:
-            if self.mode == "sft":
-                metrics = self.sft_step()
-            else:
-                collected, waited = self.next_collected()
-                metrics = self.step(collected=collected, waited_s=waited)
-                metrics["timing/rollout_wait"] = waited  # on-policy: the whole rollout; off-policy: what was not hidden
+            metrics = self.sft_step() if self.mode == "sft" else self.step()
             self.global_step = step
             bad = bad + 1 if _skipped_update(metrics) else 0
             if bad >= MAX_BAD_STEPS:
@@ -727,10 +605,10 @@ class PPOTrainer:
                                f"{t.time_limit_s:g} reached (the learning-rate schedule did not finish)")
             is_last = step == t.total_steps or timed_out
             if is_last or (t.test_freq and step % t.test_freq == 0):
-                self.join_ahead()
+                self.schedule.wait()
                 metrics.update(self.validate())
             if is_last or (t.save_freq and step % t.save_freq == 0):
-                self.join_ahead()
+                self.schedule.wait()
                 self.save()
             self._log(metrics, step)
             if self.mode == "sft":
@@ -760,10 +638,8 @@ class PPOTrainer:
         return last
 
     def close(self) -> None:
-        """Stop the streaming groups still in play (their rows are in the last checkpoint's pending list)."""
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        """Stop the rollouts still playing (streaming's groups are in the last checkpoint's pending list)."""
+        self.schedule.close()
 
     def _write_sft_summary(self, train_s: float) -> None:
         """output_dir/sft_summary.json: steps, first and final loss (mean of the last 10), throughput, why it stopped."""
