@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+from router_r1.pool.messages import clean_text
 from router_r1.pool.registry import ModelRegistry
 
 TAGS = ("think", "search", "answer", "information")
@@ -112,17 +113,6 @@ def parse_action(turn_text: str, registry: ModelRegistry) -> Action:
             return Action("invalid", reason="nested_or_unclosed")
         return Action("answer", answer=before[start + len(ANSWER_OPEN):].strip())
     return Action("none")
-
-
-def clean_text(text: str) -> str:
-    """Foreign text as valid Unicode: a lone UTF-16 surrogate (valid JSON `"\\ud800"`, but no character) becomes
-    U+FFFD, a pair is joined. Tokenizers and UTF-8 files refuse surrogates; the pool client cleans replies where
-    they enter (router_r1/pool/client.py), observation building again on its own."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def neutralize_tags(text: str) -> str:

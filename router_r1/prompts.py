@@ -1,4 +1,5 @@
-"""Prompt text: the router's instructions, pool descriptors, budget text, sub-model prompt.
+"""Prompt text: the router's instructions, pool descriptors, budget text (the sub-model's prompt is the pool
+client's, router_r1/pool/messages.py).
 
 All wording here is ours. A user who needs another template (for example the exact
 prompt a published checkpoint was trained with) loads it from a file instead.
@@ -10,13 +11,6 @@ from pathlib import Path
 
 from router_r1.pool.registry import ModelRegistry
 from router_r1.actions import ROUTE_EXAMPLE, wrap_information
-
-SUBMODEL_SYSTEM = (
-    "You are one expert in a panel that a routing assistant consults. Reply to the "
-    "question below. If you know the answer, state it first, then at most two short "
-    "sentences of support. If you only know related facts, give those. If you cannot "
-    "help, say plainly that you do not know. Be brief."
-)
 
 # Placeholders a template may use; {question} is required.
 PLACEHOLDERS = ("question", "pool", "budget", "alpha")
@@ -47,14 +41,6 @@ BUDGET_EXHAUSTED_TEXT = "No consultations are left. Give your final answer now."
 
 class TemplateError(ValueError):
     """A prompt template that cannot be used; the message names its source."""
-
-
-def submodel_messages(query: str) -> list[dict[str, str]]:
-    """Chat messages sent to a pool model for one routed sub-question."""
-    return [
-        {"role": "system", "content": SUBMODEL_SYSTEM},
-        {"role": "user", "content": query.strip()},
-    ]
 
 
 def _price(usd: float) -> str:

@@ -14,7 +14,8 @@ import yaml
 
 from router_r1.pool.registry import ModelRegistry
 from sim.backend import SimBackend
-from router_r1.prompts import build_router_prompt, submodel_messages
+from router_r1.pool.messages import submodel_messages
+from router_r1.prompts import build_router_prompt
 from router_r1.actions import NO_REPLY_TEXT, wrap_information
 from tiny import tiny_model, tiny_tokenizer
 

@@ -25,7 +25,7 @@ from router_r1.eval import report
 from router_r1.eval.report import bootstrap_ci, pareto_front
 from router_r1.pool.registry import ModelRegistry
 from sim.backend import SimBackend
-from router_r1.prompts import submodel_messages
+from router_r1.pool.messages import submodel_messages
 from router_r1.reward.qa_em import em_score
 from tiny import tiny_model
 from verl.workers.rollout.base import GenOutput

@@ -14,7 +14,7 @@ from router_r1.eval.evaluate import Policy, open_pool
 from router_r1.pool.registry import ModelRegistry
 from sim.backend import SimBackend
 from sim.world import SimWorld
-from router_r1.prompts import submodel_messages
+from router_r1.pool.messages import submodel_messages
 from router_r1.reward.qa_em import em_score
 from router_r1.router_env import RouterEnvConfig
 from tiny import tiny_model

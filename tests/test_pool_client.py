@@ -20,7 +20,7 @@ from router_r1.pool.cache import cache_key
 from router_r1.pool.client import (PoolClient, PoolResult, ReplyLimits, RouteRequest, backoff_delay,
                                     retry_after_s)
 from router_r1.pool.registry import ModelRegistry
-from router_r1.prompts import submodel_messages
+from router_r1.pool.messages import submodel_messages
 
 KEY = "sk-test-7f3a9c-do-not-leak"
 

@@ -17,7 +17,7 @@ from router_r1.pool.client import PoolClient, RouteRequest
 from router_r1.pool.hf_backend import HFBackend
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread
-from router_r1.prompts import submodel_messages
+from router_r1.pool.messages import submodel_messages
 from tiny import tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

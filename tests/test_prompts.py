@@ -3,10 +3,11 @@ from pathlib import Path
 
 import pytest
 
+from router_r1.pool.messages import SUBMODEL_SYSTEM, submodel_messages
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import (
-    DEFAULT_TEMPLATE, SUBMODEL_SYSTEM, TemplateError, budget_text, build_router_prompt, fill_template,
-    load_template, pool_descriptors, submodel_messages,
+    DEFAULT_TEMPLATE, TemplateError, budget_text, build_router_prompt, fill_template, load_template,
+    pool_descriptors,
 )
 from router_r1.actions import ROUTE_EXAMPLE, parse_action
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from router_r1.pool.client import PoolResult
+from router_r1.pool.messages import clean_text
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import budget_exhausted_message
 from router_r1.actions import (
-    Action, clean_text, format_observation, invalid_observation, parse_action, truncate_at_first_action,
+    Action, format_observation, invalid_observation, parse_action, truncate_at_first_action,
 )
 
 # What happens when the policy asks to route after its turn budget is spent:

@@ -43,10 +43,9 @@ from typing import Callable, Iterable
 import httpx2  # the HTTP library under openai's SDK: a body read by us raises its errors
 import openai
 
-from router_r1.actions import clean_text
 from router_r1.pool.cache import CachedReply, ResponseCache, cache_key
+from router_r1.pool.messages import clean_text, submodel_messages
 from router_r1.pool.registry import ModelRegistry, ModelSpec
-from router_r1.prompts import submodel_messages
 
 log = logging.getLogger(__name__)
 
