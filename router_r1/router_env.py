@@ -40,7 +40,7 @@ from router_r1.pool.client import PoolClient, ReplyLimits, RouteRequest
 from router_r1.pool.health import PoolHealth
 from router_r1.pool.preflight import pool_problems
 from router_r1.pool.registry import ModelRegistry
-from sim.truth import SimTruth
+from router_r1.pool.world import Truth, answer_key
 from router_r1.prompts import build_router_prompt, load_template
 from router_r1.actions import STOP_STRINGS
 from router_r1.name_constraint import RouteNameConstraint
@@ -65,7 +65,7 @@ class RouterEnv:
     check_row = staticmethod(check_router_row)  # PromptDataset's row_check: every row, at load time
 
     def __init__(self, cfg: "RouterEnvConfig", tokenizer, registry: ModelRegistry, client: PoolClient,
-                 health: PoolHealth | None = None, template: str | None = None, truth: SimTruth | None = None):
+                 health: PoolHealth | None = None, template: str | None = None, truth: Truth | None = None):
         """`template`: the prompt template's text for prompts rebuilt here (budgets, alphas); None reads
         cfg.prompt_template (a file), else the default template."""
         cfg.check()
@@ -82,7 +82,7 @@ class RouterEnv:
             hint=f"Pool settings in force: env.call_timeout_s={cfg.call_timeout_s:g}, env.call_deadline_s="
                  f"{cfg.call_deadline_s:g}, env.max_concurrency={cfg.max_concurrency}, pool {cfg.pool}"
                  + (f" at {cfg.pool_url}" if cfg.pool_url else "") + "; check the pool server's log.")
-        self.truth = truth  # the simulated world, for the expert and two-hop stages (None: world-free stages)
+        self.truth = truth  # a simulated pool's answer key, for the expert and two-hop stages (None: world-free stages)
         self.rules = TurnRules(tokenizer, registry, cfg.max_turns, cfg.max_obs_length,
                                cfg.max_response_length, cfg.invalid_hint, cfg.budget_mode)
         self._names: RouteNameConstraint | None = None  # env.constrain_names' constraint, built on first use
@@ -392,7 +392,7 @@ class RouterEnvConfig:
     max_reply_chars: int = ReplyLimits.max_chars  # pool reply text kept; longer is cut (the call's turn says `cut`)
     max_reply_bytes: int = ReplyLimits.max_bytes  # pool reply body read; longer is a failed call (`too_large`)
     max_retries: int = 4  # retries of a retryable pool error (bounded exponential backoff with jitter)
-    sim_seed: int = 0  # world seed of a simulated pool (its server's --seed): the stage/* metrics read from that world which expert knows a sub-question (router_r1/stages.py); a pool without sim profiles gets the world-free stages
+    sim_seed: int = 0  # world seed of a simulated pool (its server's --seed): the stage/* metrics read from the pool's world (its yaml's `world:`) which expert knows a sub-question (router_r1/stages.py); a pool without a world gets the world-free stages
     max_pool_failure_rate: float = PoolHealth.max_failure_rate  # a training batch whose pool calls fail more often is unhealthy (pool/failure_rate is logged every step)
     pool_failure_patience: int = PoolHealth.patience  # unhealthy training batches in a row before training stops with PoolFailureError (validation only reports)
     # AdaTurn (budget-aware turns); off while budgets is empty
@@ -447,8 +447,8 @@ def make_env(env_cfg, tokenizer, *, registry: ModelRegistry | None = None, clien
         client = PoolClient(registry, max_concurrency_per_endpoint=cfg.max_concurrency, timeout_s=cfg.call_timeout_s,
                             max_retries=cfg.max_retries, deadline_s=cfg.call_deadline_s, cache_dir=cfg.cache_dir,
                             limits=ReplyLimits(cfg.max_reply_chars, cfg.max_reply_bytes))
-    return RouterEnv(cfg, tokenizer, registry, client, template=template,
-                     truth=SimTruth.from_registry(registry, seed=cfg.sim_seed))
+    # the hook for simulated pools: their world's answer key judges the expert and two-hop stages
+    return RouterEnv(cfg, tokenizer, registry, client, template=template, truth=answer_key(registry, cfg.sim_seed))
 
 
 make_env.config_class = RouterEnvConfig

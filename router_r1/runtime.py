@@ -23,7 +23,7 @@ import numpy as np
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.server import ServerThread
-from sim.backend import SimBackend, SimProfileError
+from router_r1.pool.world import world_of
 from router_r1.prompts import DEFAULT_TEMPLATE, TemplateError, load_template
 from router_r1.router_env import SCHEDULES, RouterEnv, RouterEnvConfig, make_env
 from router_r1.reward.format import FORMAT_RULE_SETS
@@ -42,7 +42,7 @@ class EvalError(ValueError):
     """Input a trained router cannot be run on; the message names the file, column, field, flag, checkpoint or URL."""
 
 
-LOAD_ERRORS = (EvalError, RegistryError, SimProfileError, TemplateError)  # bad input: a one-line error, exit code 2
+LOAD_ERRORS = (EvalError, RegistryError, TemplateError)  # bad input: a one-line error, exit code 2
 
 
 # ---------------------------------------------------------------------------------- settings
@@ -82,7 +82,7 @@ class PoolFlags:
 
     pool: Optional[str] = None  # pool yaml (default: the simulated pool, served in-process)
     pool_url: Optional[str] = None  # one endpoint for every model of the yaml (excludes --sim)
-    sim: bool = False  # serve the pool yaml's sim profiles in-process
+    sim: bool = False  # serve the pool in-process: the experts of the world its yaml names (`world: sim`)
     sim_seed: int = 0  # seed of the simulated world (must match the data's)
     sim_latency: float = 0.0  # scale of the simulated latencies (0: the sim answers at once)
     include_unseen: bool = False  # the router may call models marked unseen
@@ -330,15 +330,15 @@ def open_pool(pool_yaml: str | Path | None = None, *, pool_url: str | None = Non
               cache_dir: str | None = None, call_timeout_s: float = RouterEnvConfig.call_timeout_s,
               call_deadline_s: float = RouterEnvConfig.call_deadline_s,
               max_concurrency: int = RouterEnvConfig.max_concurrency) -> Iterator[Pool]:
-    """The pool of a yaml, its endpoints checked; `sim` (or no yaml at all) serves the sim pool in-process."""
+    """The pool of a yaml, its endpoints checked; `sim` (or no yaml at all) serves the pool's world in-process."""
     if sim and pool_url:
         raise EvalError("--sim and --pool-url exclude each other: --sim serves the pool itself")
     sim = sim or (pool_yaml is None and pool_url is None)
     pool_yaml = Path(pool_yaml or SIM_POOL)
     server = None
     if sim:
-        ModelRegistry.from_yaml(pool_yaml)  # a missing or broken yaml is reported as such first
-        server = ServerThread(SimBackend.from_pool_yaml(pool_yaml, seed=sim_seed, latency_scale=sim_latency))
+        world = world_of(ModelRegistry.from_yaml(pool_yaml), "--sim")  # a missing or broken yaml is reported first
+        server = ServerThread(world.make_backend(pool_yaml, seed=sim_seed, latency_scale=sim_latency))
         server.start()
         pool_url, where = server.url, f"simulated {pool_yaml} (seed {sim_seed}) at {server.url}"
     else:

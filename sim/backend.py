@@ -15,7 +15,7 @@ import os
 import random
 from dataclasses import dataclass, field, fields
 
-from router_r1.pool.registry import ModelRegistry
+from router_r1.pool.registry import ModelRegistry, RegistryError
 from sim.world import (DOMAINS, RELATIONS, Fact, Relation, SimWorld, count_tokens,
                                       stable_int, stable_unit, truncate_tokens)
 
@@ -36,7 +36,7 @@ CANT_TELL = ("I'm sorry, I can't tell what you are asking. Please name the perso
              "thing you mean and the one fact you want to know about it.")
 
 
-class SimProfileError(ValueError):
+class SimProfileError(RegistryError):
     """A `sim:` block that cannot be used; the message names the file, model and field."""
 
 

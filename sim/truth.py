@@ -1,8 +1,8 @@
 """What the simulated world knows about a question: its facts, its entities, and which expert knows it.
 
-Evaluation's oracle baselines and the stage diagnosis (router_r1/stages.py) read the world the
-pool's experts answer from, so they can say which expert *should* have been asked. The rule,
-in one place:
+Evaluation's oracle baselines (sim/oracle_baselines.py) and the stage diagnosis (sim/stages.py)
+read the world the pool's experts answer from, so they can say which expert *should* have been
+asked. The rule, in one place:
 
     P(m right | q asked verbatim) = acc_m[d]                              one fact of domain d
                                   = acc_m[d1] * acc_m[d2] * multi_hop_m   two facts asked whole
@@ -15,7 +15,6 @@ known only by the strong generalists (the cheap experts' multi_hop is 0.2-0.3).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from router_r1.pool.registry import ModelRegistry
@@ -105,19 +104,3 @@ class SimTruth:
     def hop_question(self, fact: Fact, subject: str, variant: int = 0) -> str:
         """The one-fact question of `fact`'s relation about `subject` (hop 2 asks about hop 1's answer)."""
         return RELATIONS[fact.relation].ask(subject, variant)
-
-
-_CAPITALISED = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")
-
-
-def capitalised_entities(question: str) -> list[str]:
-    """Named entities of a question without a world: runs of capitalised words, the first word of the
-    question left out (it is capitalised as a sentence start: "Who", "In")."""
-    out = []
-    for m in _CAPITALISED.finditer(question or ""):
-        words = m.group().split()
-        if m.start() == len(question) - len(question.lstrip()):
-            words = words[1:]
-        if words:
-            out.append(" ".join(words))
-    return out

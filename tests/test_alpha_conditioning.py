@@ -9,7 +9,8 @@ import pytest
 from router_r1.router_env import make_env as factory
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.server import ServerThread, SimBackend
+from router_r1.pool.server import ServerThread
+from sim.backend import SimBackend
 from sim.world import SimWorld
 from router_r1.prompts import TemplateError, alpha_text, build_router_prompt
 from router_r1.reward.cost import CostNormalizer

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from router_r1.pool.openai_http import FD_RESERVE, ServerSettings, ThrottledLog
-from router_r1.pool.server import ServerThread, SimBackend
+from router_r1.pool.server import ServerThread
+from sim.backend import SimBackend
 from router_r1.serve import RouterServerThread, parse_args, serving
 from serve_fixture import ANSWER, SIM
 

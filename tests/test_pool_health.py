@@ -13,7 +13,8 @@ from hydra import compose, initialize_config_dir
 from router_r1.pool.client import PoolClient
 from router_r1.pool.health import PoolFailureError, PoolHealth, call_stats
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.server import FaultConfig, ServerThread, SimBackend
+from router_r1.pool.server import FaultConfig, ServerThread
+from sim.backend import SimBackend
 from router_r1.prompts import build_router_prompt
 from router_r1.router_env import RouterEnv, RouterEnvConfig
 from tiny import tiny_tokenizer

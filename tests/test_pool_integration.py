@@ -6,8 +6,9 @@ from pathlib import Path
 
 from router_r1.pool.client import ERROR_KINDS, PoolClient, PoolResult, RouteRequest
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.server import FaultConfig, ServerThread, SimBackend
-from router_r1.prompts import submodel_messages
+from router_r1.pool.server import FaultConfig, ServerThread
+from sim.backend import SimBackend
+from router_r1.pool.messages import submodel_messages
 
 SIM_YAML = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from router_r1.pool.server import FaultConfig, ServerThread, SimBackend, main
+from router_r1.pool.server import FaultConfig, ServerThread, main
+from sim.backend import SimBackend
 from sim.world import count_tokens
-from router_r1.prompts import submodel_messages
+from router_r1.pool.messages import submodel_messages
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM_YAML = ROOT / "configs" / "pool" / "sim.yaml"
@@ -245,6 +246,22 @@ def test_fault_config_and_cli_reject_bad_settings():
         main(["--backend", "hf", "--hf-model", "no-equals-sign"])
     with pytest.raises(SystemExit, match="sum"):
         main(["--error-rate", "0.7", "--timeout-rate", "0.7"])
+
+
+def test_the_sim_backend_is_the_world_the_pool_names(tmp_path, backend):
+    """--backend sim serves the experts of the pool yaml's `world:`; a pool naming none is refused, named."""
+    from router_r1.pool.server import _build_backend, _parse_args
+
+    served = _build_backend(_parse_args(["--pool", str(SIM_YAML), "--seed", "2", "--world-entities", "40"]))
+    assert type(served).__module__ == "sim.backend" and (served.world.seed, served.world.n) == (2, 40)
+    assert served.model_ids() == backend.model_ids()
+    paper = ROOT / "configs" / "pool" / "paper.yaml"
+    with pytest.raises(SystemExit, match=f"{paper}: --backend sim needs a simulated pool.*names no world"):
+        main(["--pool", str(paper)])
+    gone = tmp_path / "gone.yaml"
+    gone.write_text(SIM_YAML.read_text().replace("world: sim", "world: no_such_world"))
+    with pytest.raises(SystemExit, match=f"{gone}: world 'no_such_world' cannot be imported"):
+        main(["--pool", str(gone)])
 
 
 def test_hf_backend_serves_a_tiny_model(tmp_path):

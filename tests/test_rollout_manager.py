@@ -9,7 +9,8 @@ import pytest
 
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.server import FaultConfig, ServerThread, SimBackend
+from router_r1.pool.server import FaultConfig, ServerThread
+from sim.backend import SimBackend
 from sim.world import SimWorld
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import NO_REPLY_TEXT

@@ -10,7 +10,8 @@ from test_rollout_hf import prompts_of
 from tiny import tiny_model
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.server import ServerThread, SimBackend
+from router_r1.pool.server import ServerThread
+from sim.backend import SimBackend
 from router_r1.router_env import RouterEnv, RouterEnvConfig
 from verl.trainer.dataset import PromptRow
 from verl.workers.rollout import build_rollout

@@ -1,5 +1,5 @@
-"""Routing baselines (oracle, oracle-hops, knn, mlp): each picks the right model in a small constructed case,
-and the evaluator runs them through the real simulated pool."""
+"""Routing baselines (oracle, oracle-hops: the simulated world's, sim/oracle_baselines.py; knn, mlp): each picks
+the right model in a small constructed case, and the evaluator runs them through the real simulated pool."""
 import json
 from pathlib import Path
 
@@ -11,11 +11,12 @@ from router_r1.eval.baselines import BaselineError, parse_baselines
 from router_r1.eval.embed import HashedNgramEmbedder, make_embedder
 from router_r1.eval.evaluate import EvalConfig, EvalError, evaluate, open_pool
 from router_r1.eval.learned_routers import KnnRouter, MlpRouter, Outcomes, choose, cost_bounds, r_cost, select_k
-from router_r1.eval.routing_baselines import (learned_picks, oracle_episodes, oracle_hops_episodes,
-                                              train_outcomes)
+from router_r1.eval.routing_baselines import learned_picks, train_outcomes
 from router_r1.pool.client import PoolResult
 from router_r1.pool.registry import ModelRegistry
-from sim.truth import SimTruth, capitalised_entities
+from router_r1.stages import capitalised_entities
+from sim.oracle_baselines import oracle_episodes, oracle_hops_episodes
+from sim.truth import SimTruth
 from sim.world import SimWorld
 from router_r1.reward.qa_em import em_score
 
@@ -242,7 +243,7 @@ def test_oracle_on_a_pool_without_sim_profiles_says_what_it_needs():
     reg = ModelRegistry.from_dict({"models": [{"name": "A", "api_id": "a", "price_out_per_m": 1.0}]}, source="real.yaml")
     rows = [EvalRow("u", "s", ["x"], [{"role": "user", "content": "q"}], "Who founded Acme?", "f row 0")]
     cfg = EvalConfig(data=["f"], alpha=0.0, max_obs_length=64)
-    with pytest.raises(EvalError, match="oracle needs a simulated pool .*real.yaml"):
+    with pytest.raises(EvalError, match="oracle needs a simulated pool.*real.yaml names none"):
         run_one(Run("oracle", "oracle"), rows, Pool(reg, reg, None, "real"), None, cfg)
     with pytest.raises(EvalError, match="knn needs train data"):
         run_one(Run("knn", "knn"), rows, Pool(reg, reg, None, "real"), None, cfg)

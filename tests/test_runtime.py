@@ -26,7 +26,7 @@ def test_one_place_builds_the_router_environment():
     """Evaluation, inference, serving, calibration and the scripts go through make_env: RouterEnv(...) is
     called in router_r1/router_env.py alone (tests aside)."""
     calls = []
-    for path in [*ROOT.glob("router_r1/**/*.py"), *ROOT.glob("scripts/*.py"), ROOT / "infer.py"]:
+    for path in [*ROOT.glob("router_r1/**/*.py"), *ROOT.glob("tools/**/*.py"), ROOT / "infer.py"]:
         for i, line in enumerate(path.read_text().splitlines()):
             if re.search(r"\bRouterEnv\(", line) and not line.lstrip().startswith(("#", "class ")):
                 calls.append(f"{path.relative_to(ROOT)}:{i + 1}")
@@ -79,6 +79,22 @@ def test_flags_come_from_the_dataclass_with_defaults_and_help():
         add_flags(argparse.ArgumentParser(), Undocumented)
 
 
+def test_the_in_process_pool_serves_the_world_its_yaml_names():
+    """--sim (and no pool at all) serves the pool yaml's world in-process; a pool naming none is refused, named."""
+    from router_r1.pool.client import RouteRequest
+    from router_r1.pool.registry import RegistryError
+    from router_r1.runtime import open_pool
+
+    with open_pool(sim_seed=1) as pool:
+        assert pool.full.world == "sim" and "(seed 1)" in pool.where
+        [reply] = pool.client.route([RouteRequest(pool.registry.names[0], "What is the weather like?")])
+        assert reply.ok and "can't tell what you are asking" in reply.text  # the world's experts answer
+    paper = ROOT / "configs" / "pool" / "paper.yaml"
+    with pytest.raises(RegistryError, match=f"{paper}: --sim needs a simulated pool.*names no world"):
+        with open_pool(paper, sim=True):
+            pass
+
+
 def test_the_docs_infer_questions_are_about_the_simulated_world():
     """The embedded pool answers questions about its made-up world: the examples must name its entities and a
     relation it knows (a name outside it made the router invent an answer)."""
@@ -95,7 +111,7 @@ def test_the_docs_infer_questions_are_about_the_simulated_world():
 def _entry_points() -> list[Path]:
     """Every file of ours that builds an argparse parser (the CLIs and scripts)."""
     files = [*ROOT.glob("router_r1/**/*.py"), *ROOT.glob("data_process/*.py"), *ROOT.glob("gramma/*.py"),
-             *ROOT.glob("verl/**/*.py"), *ROOT.glob("scripts/*.py"), ROOT / "infer.py"]
+             *ROOT.glob("verl/**/*.py"), *ROOT.glob("tools/**/*.py"), ROOT / "infer.py"]
     return sorted(f for f in files if "ArgumentParser(" in f.read_text() and f.name != "flags.py")
 
 

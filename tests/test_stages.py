@@ -1,11 +1,12 @@
-"""Stage diagnosis (router_r1/stages.py) on constructed trajectories over the simulated world."""
+"""Stage diagnosis (router_r1/stages.py) on constructed trajectories over the simulated world, whose answer key
+(sim/stages.py) router_r1 reaches through the pool's `world:` (router_r1/pool/world.py)."""
 import math
 from pathlib import Path
 
 import pytest
 
 from router_r1.pool.registry import ModelRegistry
-from sim.truth import SimTruth
+from router_r1.pool.world import answer_key
 from router_r1.stages import STAGES, stage_metrics, stage_rates, trajectory_stages
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
@@ -15,7 +16,7 @@ SPECIALIST = {"geography": GEO, "sports": GEO, "people": PEOPLE, "arts": PEOPLE,
 
 @pytest.fixture(scope="module")
 def truth():
-    return SimTruth.from_registry(ModelRegistry.from_yaml(SIM).seen(), seed=0)
+    return answer_key(ModelRegistry.from_yaml(SIM).seen(), seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +92,19 @@ def test_without_a_world_entities_come_from_capitalised_words():
     assert st["copy_ok"] == 0.0
 
 
+def test_a_world_that_judges_other_stages_is_refused(truth, qs):
+    class Stray:
+        def entities(self, text):
+            return None
+
+        def call_stages(self, question, calls, routable):
+            return {"expert_ok": 1.0}
+
+    one, _ = qs
+    with pytest.raises(ValueError, match="call_stages gave .*expert_best"):
+        trajectory_stages(one.question, ["x"], [call(GEO, one.question, "x")], 0.0, True, Stray())
+
+
 def test_rates_and_training_metrics_skip_what_does_not_apply():
     a = dict.fromkeys(STAGES)
     a.update(format_ok=1.0, gold_in_info=1.0, em_given_gold=0.0)
@@ -132,10 +146,22 @@ def test_training_env_reports_the_stages(truth, qs):
     assert metrics["stage/gold_in_info"] == [1.0] and metrics["stage/decomposed"] == []
 
 
+def test_make_env_adds_the_world_s_answer_key_for_a_simulated_pool():
+    """The hook: a pool yaml naming a world gets its answer key (the expert and two-hop stages); one without a
+    world gets the world-free stages."""
+    from router_r1.router_env import RouterEnvConfig, make_env
+
+    shape = dict(max_turns=2, max_obs_length=64, response_length=32, max_response_length=256, sim_seed=3)
+    sim = make_env(RouterEnvConfig(pool=str(SIM), **shape), None, client=object())
+    assert sim.truth is not None and sim.truth.world.seed == 3 and set(sim.truth.experts) == set(sim.registry.names)
+    paper = make_env(RouterEnvConfig(pool=str(SIM.parent / "paper.yaml"), **shape), None, client=object())
+    assert paper.truth is None
+
+
 def test_cli_diagnoses_recorded_trajectories(tmp_path, qs, capsys):
     import json
 
-    from router_r1.stages import main
+    from router_r1.eval.stage_table import main
 
     one, _ = qs
     gold = one.answers[0]

@@ -10,7 +10,8 @@ import torch
 
 from test_rollout_manager import make_env, make_rows, scripted_policy
 from test_trainer import by_step, config
-from router_r1.pool.server import ServerThread, SimBackend
+from router_r1.pool.server import ServerThread
+from sim.backend import SimBackend
 from sim.world import SimWorld
 from verl.trainer.dataset import train_batch_indices
 from verl.trainer.main_ppo import run

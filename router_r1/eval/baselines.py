@@ -8,7 +8,8 @@ prompt-llm    the policy writes one turn on its usual prompt: if the turn routes
               model is the pick and the whole question goes to it, its reply being the
               answer; if the turn answers, that answer stands (no help needed).
 oracle, oracle-hops, knn, mlp
-              routing baselines without the policy (router_r1/eval/routing_baselines.py);
+              routing baselines without the policy: the oracles are a simulated pool's world's
+              (router_r1/pool/world.py), knn and mlp router_r1/eval/routing_baselines.py's;
               `routers` asks for all four, `all` for them and all-singles.
 
 Where a pool reply is the answer it is cut to its first sentence (reply_answer): SQuAD EM
@@ -23,11 +24,12 @@ from dataclasses import dataclass
 
 from router_r1.pool.client import PoolClient, PoolResult, RouteRequest
 from router_r1.pool.registry import ModelRegistry
+from router_r1.pool.world import ORACLE_KINDS
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import format_observation, neutralize_tags, parse_action, render_route
 
 POLICY_KINDS = ("direct", "prompt-llm")
-ROUTER_KINDS = ("oracle", "oracle-hops", "knn", "mlp")  # routing baselines that need no policy
+ROUTER_KINDS = (*ORACLE_KINDS, "knn", "mlp")  # routing baselines that need no policy
 GROUPS = {"routers": ROUTER_KINDS, "all": ("all-singles", *ROUTER_KINDS)}
 DIRECT_MAX_TURNS = 0  # the rollout executes no route: the first turn must answer
 
@@ -120,18 +122,18 @@ def calls_episode(calls: list[tuple[str, str, str, PoolResult]], max_obs_length:
             "hit_budget": False, "truncated": False}
 
 
-def ask_model(client: PoolClient, model: str, questions: list[str], chunk: int) -> list[PoolResult]:
-    """The questions to one model, `chunk` at a time (route() puts one deadline on a whole batch)."""
+def route_all(client: PoolClient, reqs: list[RouteRequest], chunk: int) -> list[PoolResult]:
+    """The requests, `chunk` at a time (route() puts one deadline on a whole batch), results in order."""
     out: list[PoolResult] = []
-    for i in range(0, len(questions), chunk):
-        out += client.route([RouteRequest(model, q) for q in questions[i:i + chunk]])
+    for i in range(0, len(reqs), chunk):
+        out += client.route(reqs[i:i + chunk])
     return out
 
 
 def single_model_episodes(client: PoolClient, model: str, questions: list[str], chunk: int,
                           max_obs_length: int) -> list[dict]:
     """largest / single: every question to `model`, its reply's first sentence as the answer."""
-    results = ask_model(client, model, questions, chunk)
+    results = route_all(client, [RouteRequest(model, q) for q in questions], chunk)
     return [routed_episode(f"ask {model}", model, q, r, max_obs_length) for q, r in zip(questions, results)]
 
 

@@ -53,7 +53,7 @@ from router_r1.eval.baselines import (DIRECT_MAX_TURNS, ROUTER_KINDS, Baseline, 
 from router_r1.flags import from_args, parser_for
 from router_r1.pool.health import PoolFailureError
 from router_r1.pool.registry import ModelRegistry
-from sim.truth import SimTruth
+from router_r1.pool.world import ORACLE_KINDS, Truth, answer_key
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import STOP_STRINGS
 from router_r1.reward.cost import CostNormalizer
@@ -422,16 +422,15 @@ def _routing_baseline_run(run: Run, rows: list[EvalRow], pool: Pool, cfg: EvalCo
     """oracle / oracle-hops / knn / mlp: run.detail says how the choice was made."""
     questions, wheres = questions_of(rows, run.label), [r.where for r in rows]
     models, chunk, obs = pool.registry.names, cfg.batch_size, cfg.max_obs_length
-    if run.kind in ("oracle", "oracle-hops"):
-        truth = SimTruth.from_registry(pool.registry, seed=cfg.sim_seed)
+    if run.kind in ORACLE_KINDS:
+        truth = answer_key(pool.registry, cfg.sim_seed)
         if truth is None:
-            raise EvalError(f"--baseline {run.kind} needs a simulated pool (every model of {pool.registry.source} "
-                            "with a sim: profile): it reads which expert knows each question from the world")
+            raise EvalError(f"--baseline {run.kind} needs a simulated pool: it reads which expert knows each "
+                            f"question from the pool's world, and {pool.registry.source} names none (a top-level "
+                            "`world:` key, as configs/pool/sim.yaml has)")
         run.detail = (f"{run.kind}: cheapest expert that knows the {'question' if run.kind == 'oracle' else 'hop'} "
                       f"(sim world seed {cfg.sim_seed})")
-        build = (routing_baselines.oracle_episodes if run.kind == "oracle"
-                 else routing_baselines.oracle_hops_episodes)
-        return build(truth, models, questions, wheres, pool.client, chunk, obs)
+        return truth.oracle_episodes(run.kind, questions, wheres, models, pool.client, chunk, obs)
     if train is None:
         raise EvalError(f"--baseline {run.kind} needs train data (train_rows_for)")
     train_path, train_rows = train
@@ -513,7 +512,7 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
             if mismatch:
                 log(f"WARNING: {mismatch}")
         train = train_rows_for(cfg, files) if any(r.kind in ("knn", "mlp") for r in runs) else None
-        truth = SimTruth.from_registry(pool.full, seed=cfg.sim_seed)  # None for a real pool: world-free stages
+        truth = answer_key(pool.full, cfg.sim_seed)  # None for a pool without a world: world-free stages
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "trajectories.jsonl").write_text("")
         summaries, loaded, paired = [], (None, None), {}
@@ -558,9 +557,10 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     return summary
 
 
-def unseen_shares(overall: dict, full: ModelRegistry, truth: SimTruth | None) -> dict:
+def unseen_shares(overall: dict, full: ModelRegistry, truth: Truth | None) -> dict:
     """{model: {domain: {share, calls}}} for each model marked unseen: its share of a run's calls on each domain
-    it is strong on (its sim profile); 0 where the router was not offered it. {} without a simulated world."""
+    it is strong on (the world's answer key says which); 0 where the router was not offered it. {} without a
+    world."""
     if truth is None:
         return {}
     per = overall.get("domain_call_share", {})

@@ -1,13 +1,10 @@
-"""Routing baselines: who should get the question, decided without the policy.
+"""Learned routing baselines: who should get the question, decided without the policy.
 
-oracle       the simulated world's answer (sim/truth.py): the question, verbatim, to the
-             cheapest expert that knows it (for one fact, the domain's cheap specialist; for two facts
-             asked whole, the strong generalist whose expected P(right) is best). One call.
-oracle-hops  the ceiling of a decomposing router: each fact's one-hop question to the cheapest expert
-             that knows its domain, hop 2 asking about the entity hop 1's reply named (right or wrong).
-             One call per fact.
 knn, mlp     routers learned from the train split's per-model outcomes (router_r1/eval/learned_routers.py),
              cost-aware at the run's alpha; the question verbatim to the model they pick. One call.
+
+The oracle baselines (oracle, oracle-hops) route by a simulated pool's answer key: its world supplies them
+(router_r1/pool/world.py; the simulated world's are sim/oracle_baselines.py).
 
 Every episode is written in the router's format and answered with the last reply's first sentence,
 so the one scorer judges these as it judges the router.
@@ -20,59 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from router_r1.eval.baselines import ROUTER_KINDS, BaselineError, calls_episode, reply_answer  # noqa: F401
+from router_r1.eval.baselines import calls_episode, reply_answer, route_all
 from router_r1.eval.embed import make_embedder
 from router_r1.eval.learned_routers import KnnRouter, MlpRouter, Outcomes, choose, cost_bounds, select_k
-from router_r1.pool.client import PoolClient, PoolResult, RouteRequest
+from router_r1.pool.client import PoolClient, RouteRequest
 from router_r1.pool.registry import ModelRegistry
-from sim.truth import SimTruth
 from router_r1.reward.qa_em import em_score
 
-
-def route_all(client: PoolClient, reqs: list[RouteRequest], chunk: int) -> list[PoolResult]:
-    """The requests, `chunk` at a time (route() puts one deadline on a whole batch), results in order."""
-    out: list[PoolResult] = []
-    for i in range(0, len(reqs), chunk):
-        out += client.route(reqs[i:i + chunk])
-    return out
-
-
-def _facts(truth: SimTruth, question: str, where: str, label: str):
-    facts = truth.facts(question)
-    if facts is None:
-        raise BaselineError(f"{where}: the {label} baseline cannot read the question {question!r} in the simulated "
-                            f"world (seed {truth.world.seed}); is --sim-seed the data's world seed?")
-    return facts
-
-
-def oracle_episodes(truth: SimTruth, models: list[str], questions: list[str], wheres: list[str],
-                    client: PoolClient, chunk: int, max_obs_length: int) -> list[dict]:
-    """oracle: each question verbatim to the cheapest of `models` that knows it."""
-    picks = [truth.pick(_facts(truth, q, w, "oracle"), models) for q, w in zip(questions, wheres)]
-    results = route_all(client, [RouteRequest(m, q) for m, q in zip(picks, questions)], chunk)
-    return [calls_episode([(f"oracle: {m} knows this", m, q, r)], max_obs_length)
-            for m, q, r in zip(picks, questions, results)]
-
-
-def oracle_hops_episodes(truth: SimTruth, models: list[str], questions: list[str], wheres: list[str],
-                         client: PoolClient, chunk: int, max_obs_length: int) -> list[dict]:
-    """oracle-hops: one call per fact, each to the cheapest of `models` that knows the fact's domain."""
-    chains = [_facts(truth, q, w, "oracle-hops") for q, w in zip(questions, wheres)]
-    calls: list[list[tuple]] = [[] for _ in questions]
-    subjects = [chain[0].subject for chain in chains]
-    for hop in range(max(len(c) for c in chains)):
-        todo = [i for i, c in enumerate(chains) if hop < len(c) and subjects[i]]  # an empty reply ends the chain
-        reqs = []
-        for i in todo:
-            fact = chains[i][hop]
-            reqs.append(RouteRequest(truth.pick([fact], models), truth.hop_question(fact, subjects[i])))
-        for i, req, res in zip(todo, reqs, route_all(client, reqs, chunk)):
-            calls[i].append((f"oracle: hop {hop + 1} to {req.model}", req.model, req.query, res))
-            subjects[i] = reply_answer(res.text if res.ok else None)
-    return [calls_episode(c, max_obs_length) for c in calls]
-
-
-# ---------------------------------------------------------------------------------- learned
 
 def outcomes_key(registry: ModelRegistry, questions: list[str], golds: list[list[str]], pool_id: str) -> str:
     """What a cached outcome table depends on: the models (name, api id, prices, sampling, sim profile; not the

@@ -1,4 +1,5 @@
-"""What a routing run's pool needs before training starts: its yaml and, for a remote endpoint, its key.
+"""What a routing run's pool needs before training starts: its yaml, its world if it names one, and for a
+remote endpoint its key.
 The engine's preflight (verl/trainer/preflight.py) calls this through make_env.preflight."""
 from __future__ import annotations
 
@@ -6,20 +7,23 @@ import os
 from urllib.parse import urlparse
 
 from router_r1.pool.registry import ModelRegistry, RegistryError
+from router_r1.pool.world import answer_key
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
 def pool_problems(env_cfg) -> list[str]:
-    """Readable lines for what the `env` section's pool lacks here: a missing or bad pool yaml, an API key
-    variable that is unset for a model on a remote endpoint (a local server needs none)."""
+    """Readable lines for what the `env` section's pool lacks here: a missing or bad pool yaml, a world it names
+    that cannot judge its models, an API key variable that is unset for a model on a remote endpoint (a local
+    server needs none)."""
     pool, url = env_cfg.get("pool"), env_cfg.get("pool_url")
     try:
         registry = ModelRegistry.from_yaml(pool, base_url=url)
+        if env_cfg.get("seen_only", True):
+            registry = registry.seen()
+        answer_key(registry, env_cfg.get("sim_seed", 0))  # what make_env builds for the stage/* metrics
     except RegistryError as e:
         return [f"env.pool: {e}"]
-    if env_cfg.get("seen_only", True):
-        registry = registry.seen()
     unset: dict[str, int] = {}
     for m in registry.models.values():
         host = urlparse(m.base_url).hostname or ""

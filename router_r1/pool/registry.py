@@ -1,8 +1,11 @@
 """Pool registry: the explicit list of models the router may call, loaded from yaml.
 
-Name resolution is exact up to case, spaces, hyphens, underscores and dots, plus
-declared aliases. There is no substring guessing: an unknown name resolves to None
-and the caller turns it into an invalid action (the reference crashed with KeyError).
+A pool file holds `models` (one entry each), `defaults` (their shared fields) and, for a simulated
+pool, `world`: the importable name of the world whose experts answer for it (`world: sim` in
+configs/pool/sim*.yaml; router_r1/pool/world.py loads it). Any other top-level key is an error.
+Name resolution is exact up to case, spaces, hyphens, underscores and dots, plus declared aliases.
+There is no substring guessing: an unknown name resolves to None and the caller turns it into an
+invalid action (the reference crashed with KeyError).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ _FIELDS = {
     "price_in_per_m", "temperature", "max_tokens", "descriptor", "sim", "unseen",
 }
 _REQUIRED = ("name", "api_id", "price_out_per_m")
+_TOP_KEYS = {"defaults", "models", "world"}
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def normalize_name(name: str) -> str:
@@ -41,7 +46,7 @@ class ModelSpec:
     descriptor: str = ""
     aliases: tuple[str, ...] = ()
     unseen: bool = False  # held out of training (the paper's generalisation test)
-    sim: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    sim: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # its `sim:` block: read by the pool's world only
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         """USD cost of one call."""
@@ -61,8 +66,9 @@ class RegistryError(ValueError):
 class ModelRegistry:
     """Canonical name -> ModelSpec, with alias-aware, normalised lookup."""
 
-    def __init__(self, models: list[ModelSpec], source: str = "<memory>"):
+    def __init__(self, models: list[ModelSpec], source: str = "<memory>", world: str | None = None):
         self.source = source
+        self.world = world  # the simulated world answering for this pool (a module name), None for a real pool
         self.models: dict[str, ModelSpec] = {}
         self._lookup: dict[str, str] = {}
         for m in models:
@@ -91,9 +97,15 @@ class ModelRegistry:
 
     @classmethod
     def from_dict(cls, doc: dict, source: str = "<dict>", base_url: str | None = None) -> "ModelRegistry":
-        """Build from the parsed yaml: {defaults: {...}, models: [{...}, ...]}."""
+        """Build from the parsed yaml: {defaults: {...}, models: [{...}, ...], world: NAME (optional)}."""
         if not isinstance(doc, dict) or not isinstance(doc.get("models"), list) or not doc["models"]:
             raise RegistryError(f"{source}: expected a mapping with a non-empty 'models' list")
+        bad = set(doc) - _TOP_KEYS
+        if bad:
+            raise RegistryError(f"{source}: unknown top-level key(s) {sorted(bad)} (known: {sorted(_TOP_KEYS)})")
+        world = doc.get("world")
+        if world is not None and not (isinstance(world, str) and _MODULE_NAME.fullmatch(world)):
+            raise RegistryError(f"{source}: world must be a module name (e.g. sim), got {world!r}")
         defaults = doc.get("defaults") or {}
         bad = set(defaults) - _FIELDS
         if bad:
@@ -131,7 +143,7 @@ class ModelRegistry:
                 sim=dict(merged.get("sim") or {}),
                 unseen=bool(merged.get("unseen", False)),
             ))
-        return cls(models, source=source)
+        return cls(models, source=source, world=world)
 
     def resolve(self, name: str | None) -> ModelSpec | None:
         """The spec for a policy-written name, or None if it names no pool model."""
@@ -162,4 +174,4 @@ class ModelRegistry:
 
     def subset(self, names: list[str]) -> "ModelRegistry":
         """A registry holding only `names` (e.g. the six seen models without the unseen two)."""
-        return ModelRegistry([self[n] for n in names], source=f"{self.source}[subset]")
+        return ModelRegistry([self[n] for n in names], source=f"{self.source}[subset]", world=self.world)

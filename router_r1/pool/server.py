@@ -37,11 +37,10 @@ from router_r1.pool import chat_fields
 from router_r1.pool.errors import BadRequest, Overloaded
 from router_r1.pool.openai_http import (MODEL_KEY, ServerSettings, application, bad_request_response,
                                         error_response, models_handler, read_json, serve_until_signal, start_site)
-from sim.backend import SimBackend
-from sim.world import DEFAULT_ENTITIES, SimWorld
+from router_r1.pool.registry import ModelRegistry, RegistryError
+from router_r1.pool.world import world_of
 
-__all__ = ["Backend", "FaultConfig", "Overloaded", "ServerSettings", "ServerThread", "SimBackend", "make_pool_app",
-           "main"]
+__all__ = ["Backend", "FaultConfig", "Overloaded", "ServerSettings", "ServerThread", "make_pool_app", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -272,13 +271,14 @@ class ServerThread:
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m router_r1.pool.server", description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("sim", "hf"), default="sim",
-                   help="sim (the simulated world's experts) or hf (local transformers models)")
-    p.add_argument("--pool", default="configs/pool/sim.yaml", help="pool yaml with sim: profiles (sim backend)")
+                   help="sim (the experts of the world the pool yaml names) or hf (local transformers models)")
+    p.add_argument("--pool", default="configs/pool/sim.yaml", help="a simulated pool's yaml (sim backend)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--seed", type=int, default=0, help="world and latency seed (sim backend)")
-    p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
-                   help="entities per type of the simulated world (sim backend; the data must use the same)")
+    p.add_argument("--world-entities", type=int, default=None,
+                   help="entities per type of the simulated world (sim backend; default the world's own; the data "
+                        "must use the same)")
     p.add_argument("--latency-scale", type=float, default=1.0, help="0 = answer at once (sim backend)")
     p.add_argument("--hf-model", action="append", default=[], metavar="API_ID=PATH",
                    help="a model directory or a .gguf file, served as API_ID; repeatable (hf backend)")
@@ -308,8 +308,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _build_backend(args: argparse.Namespace) -> Backend:
     if args.backend == "sim":
-        world = SimWorld(seed=args.seed, n_entities_per_type=args.world_entities)
-        return SimBackend.from_pool_yaml(args.pool, seed=args.seed, latency_scale=args.latency_scale, world=world)
+        try:
+            world = world_of(ModelRegistry.from_yaml(args.pool), "--backend sim")
+            return world.make_backend(args.pool, seed=args.seed, latency_scale=args.latency_scale,
+                                      entities=args.world_entities)
+        except RegistryError as e:
+            raise SystemExit(str(e)) from None
     if not args.hf_model:
         raise SystemExit("--backend hf needs at least one --hf-model API_ID=DIR")
     models = {}
