@@ -1,10 +1,13 @@
-"""The budget-aware oracle (data_process/sim_oracle_budget.py): trajectories that respect the stated budget."""
+"""The budget-aware oracle (sim/warm_start/budget.py): trajectories that respect the stated budget."""
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from data_process.sim_oracle_budget import CONTROL, BudgetOracleConfig, build_rows, main, reward_text, run
+from sim.warm_start.budget import CONTROL, reward_text
+from sim.warm_start.build import build_rows, run
+from sim.warm_start.cli import main
+from sim.warm_start.recipe import make_recipe
 from router_r1.pool.registry import ModelRegistry
 from router_r1.prompts import budget_exhausted_message, budget_text
 from router_r1.actions import parse_action
@@ -14,14 +17,20 @@ from verl.trainer.sft_data import tokenize_example
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
 TEMPLATE = "Route or answer.\n{budget}Question: {question}\n"
+RECIPE = str(Path(__file__).resolve().parents[1] / "configs" / "recipes" / "budget.yaml")
+
+
+def recipe(**kw):
+    """The budget oracle's own defaults before it folded into sim.warm_start: noise 0.2, forced 0.3, no tokenizer."""
+    return make_recipe(**{"noise": 0.2, "forced_frac": 0.3, "tokenizer": False, **kw})
 
 
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
     t = tmp_path_factory.mktemp("tpl") / "t.txt"
     t.write_text(TEMPLATE)
-    return build_rows(BudgetOracleConfig(out_dir="unused", n=150, budgets=(0, 1, 2), forced_frac=0.5, noise=0.0,
-                                         two_hop_frac=0.5), t)
+    return build_rows(recipe(out_dir="unused", n=150, budgets=[0, 1, 2], forced_frac=0.5, noise=0.0,
+                             two_hop_frac=0.5), t).rows
 
 
 def test_every_row_states_its_budget_and_keeps_to_it(rows):
@@ -73,11 +82,13 @@ def test_forced_examples_show_the_control_message_as_environment_text(rows):
 def test_run_writes_the_parquet_and_bad_flags_are_errors(tmp_path, capsys):
     t = tmp_path / "t.txt"
     t.write_text(TEMPLATE)
-    written = run(BudgetOracleConfig(out_dir=tmp_path / "o", n=20, budgets=(1, 3), prompt_template=t, report=True))
+    written = run(recipe(out_dir=tmp_path / "o", n=20, budgets=[1, 3], prompt_template=t, report=True))
     frame = pd.read_parquet(written["oracle"])
     assert len(frame) == 20 and set(frame["budget"]) <= {1, 3} and "budget 3" in written["report"]
     assert (tmp_path / "o" / "prompt_template.txt").read_text() == TEMPLATE
-    assert main(["--out-dir", str(tmp_path / "x"), "--n", "5", "--budgets", "2", "-1", "--prompt-template", str(t)]) == 1
+    assert main(["--recipe", RECIPE, "--out-dir", str(tmp_path / "x"), "--n", "5", "--budgets", "2", "-1",
+                 "--prompt-template", str(t)]) == 1
     assert "--budgets" in capsys.readouterr().err
-    assert main(["--out-dir", str(tmp_path / "x"), "--n", "5", "--forced-frac", "2", "--prompt-template", str(t)]) == 1
+    assert main(["--recipe", RECIPE, "--out-dir", str(tmp_path / "x"), "--n", "5", "--forced-frac", "2",
+                 "--prompt-template", str(t)]) == 1
     assert "--forced-frac" in capsys.readouterr().err

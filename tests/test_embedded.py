@@ -12,7 +12,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from data_process.sim_oracle import NO_ANSWER, main as oracle_main, reply_answer, report
+from sim.warm_start.build import report
+from sim.warm_start.cli import main as oracle_main
+from sim.warm_start.oracle import NO_ANSWER, reply_answer
 from sim.embedded import (EMBEDDED_MODEL, compact_pool_text, model_topics, render_compact_template,
                                 world_words)
 from router_r1.pool.client import PoolClient, RouteRequest

@@ -1,4 +1,4 @@
-"""sim_oracle --misname-drill: a misspelt first route, the environment's invalid-action hint, the route again.
+"""sim.warm_start --misname-drill: a misspelt first route, the environment's invalid-action hint, the route again.
 
 The slip must name no model, its hint must be the very text the environment appends with env.invalid_hint, the
 recovery must route where the think said, and the SFT loss must skip the slip (segment loss false) but learn the
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from data_process.sim_oracle import OracleConfig, build_rows, misspell, own_template
+from sim.warm_start.build import build_rows, own_template
+from sim.warm_start.misname import misspell
+from sim.warm_start.recipe import make_recipe
 from router_r1.episodes.episode import Episode, TurnRules
 from router_r1.eval.evaluate import EvalConfig
 from router_r1.flags import parser_for
@@ -86,7 +88,7 @@ def test_the_sft_loss_skips_the_slip_and_learns_the_recovery(tmp_path):
 
 def test_the_drill_needs_the_stated_pick_and_a_share(tmp_path):
     with pytest.raises(ValueError, match="--misname-drill"):
-        build_rows(OracleConfig(out_dir=tmp_path, pool=UNSEEN, tokenizer=False, misname_drill=0.2, n=4),
+        build_rows(make_recipe(out_dir=tmp_path, pool=UNSEEN, tokenizer=False, misname_drill=0.2, n=4),
                    own_template(Path(tmp_path), None, UNSEEN))
     with pytest.raises(ValueError, match="--misname-drill"):
         rows(tmp_path, n=80, misname_drill=1.5)

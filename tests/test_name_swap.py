@@ -2,8 +2,8 @@
 import random
 import re
 
-from sim.name_swap import EntityNames, apply
-from data_process.sim_oracle import main as oracle_main
+from sim.warm_start.cli import main as oracle_main
+from sim.warm_start.name_swap import EntityNames, apply
 from sim.world import SimWorld
 from verl.trainer.sft_data import load_rows
 

@@ -1,4 +1,4 @@
-"""sim_oracle --fallback listed / --fallback-drill: after a reply without an answer, the next cheapest listed line.
+"""sim.warm_start --fallback listed / --fallback-drill: after a reply without an answer, the next cheapest listed line.
 
 The stated lines must be the prompt's lines naming the hop's domain less the one that failed, in listing order; the
 pick the cheapest of them; the reply before it one without an answer. Drill rows add a cheaper rival line that has
@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from sim.pool_variation import Line, Listing, canonical_listing
-from data_process.sim_oracle import (Oracle, OracleConfig, build_rows, main as oracle_main, own_template, reply_answer, twin,
-                                     twinned)
+from sim.warm_start.build import build_rows, own_template
+from sim.warm_start.cli import main as oracle_main
+from sim.warm_start.listings import twin, twinned
+from sim.warm_start.oracle import Oracle, reply_answer
+from sim.warm_start.pool_variation import Line, Listing, canonical_listing
+from sim.warm_start.recipe import make_recipe
 from router_r1.pool.registry import ModelRegistry
 from sim.backend import SimBackend
 from sim.world import SimWorld
@@ -28,8 +31,8 @@ FALLBACK = re.compile(r"<search>(\S+): [^<]*</search>\s*<information>([^<]*)</in
 def rows(tmp_path, **kw):
     Path(tmp_path).mkdir(parents=True, exist_ok=True)
     kw = {"n": 120, "noise": 0.0, **kw}
-    cfg = OracleConfig(out_dir=tmp_path, pool=UNSEEN, tokenizer=False, think_candidates=True, **kw)
-    return build_rows(cfg, own_template(Path(tmp_path), None, UNSEEN))[0]
+    recipe = make_recipe(out_dir=tmp_path, pool=UNSEEN, tokenizer=False, think_candidates=True, **kw)
+    return build_rows(recipe, own_template(Path(tmp_path), None, UNSEEN))[0]
 
 
 def naming(row, domain) -> list[tuple[str, float]]:

@@ -1,4 +1,4 @@
-"""Varied pool listings in the oracle's SFT rows (--vary-pool, sim/pool_variation.py).
+"""Varied pool listings in the oracle's SFT rows (--vary-pool, sim/warm_start/pool_variation.py).
 
 Each varied row lists its own models (subset, order, names, prices); its routes must name a listed model,
 the oracle's first ask per hop must be the cheapest listed line naming the hop's domain, every shown name
@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from sim.pool_variation import Line, Listing, PoolVariation, canonical_listing, name_bank, strong_domains
-from data_process.sim_oracle import OracleConfig, build_rows, main as oracle_main, own_template
+from sim.warm_start.build import build_rows, own_template
+from sim.warm_start.cli import main as oracle_main
+from sim.warm_start.pool_variation import (Line, Listing, PoolVariation, canonical_listing, name_bank,
+                                           strong_domains)
+from sim.warm_start.recipe import make_recipe
 from sim.embedded import compact_pool_text
 from router_r1.pool.registry import ModelRegistry, normalize_name
 from sim.backend import SimBackend
 from sim.world import DOMAINS
-from router_r1.prompts import submodel_messages
+from router_r1.pool.messages import submodel_messages
 
 ROOT = Path(__file__).resolve().parents[1]
 UNSEEN = ROOT / "configs" / "pool" / "sim_unseen.yaml"
@@ -29,8 +32,8 @@ ASK = re.compile(r"A (\w+) fact\. Ask (\S+)\.</think><search>\2: ([^<]+)</search
 
 def varied_rows(tmp_path, n=60, share=1.0, **kw):
     Path(tmp_path).mkdir(parents=True, exist_ok=True)
-    cfg = OracleConfig(out_dir=tmp_path, n=n, noise=0.0, pool=UNSEEN, vary_pool=share, tokenizer=False, **kw)
-    return build_rows(cfg, own_template(Path(tmp_path), None, UNSEEN))[0]
+    recipe = make_recipe(out_dir=tmp_path, n=n, noise=0.0, pool=UNSEEN, vary_pool=share, tokenizer=False, **kw)
+    return build_rows(recipe, own_template(Path(tmp_path), None, UNSEEN))[0]
 
 
 def listed(row) -> dict[str, tuple[float, str]]:
@@ -131,7 +134,7 @@ def test_every_model_name_is_one_token_and_a_new_name_gets_a_row_like_the_routed
     AutoModelForCausalLM.from_config(LlamaConfig(**spec)).save_pretrained(ckpt)
     tok.save_pretrained(ckpt)
     new = tmp_path / "new"
-    script = [sys.executable, str(ROOT / "scripts" / "new_model_names.py"), "--checkpoint", str(ckpt),
+    script = [sys.executable, "-m", "tools.analysis.new_model_names", "--checkpoint", str(ckpt),
               "--like", str(oracle / "oracle.parquet"), "--out", str(new)]
     done = subprocess.run(script + ["--names", "SciGLM-6B"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -165,8 +168,8 @@ def test_a_row_listing_refuses_a_prompt_template(tmp_path, capsys, flag):
 
 def rival_rows(tmp_path, n=60, **kw):
     Path(tmp_path).mkdir(parents=True, exist_ok=True)
-    cfg = OracleConfig(out_dir=tmp_path, n=n, noise=0.0, pool=UNSEEN, tokenizer=False, **kw)
-    return build_rows(cfg, own_template(Path(tmp_path), None, UNSEEN))[0]
+    recipe = make_recipe(out_dir=tmp_path, n=n, noise=0.0, pool=UNSEEN, tokenizer=False, **kw)
+    return build_rows(recipe, own_template(Path(tmp_path), None, UNSEEN))[0]
 
 
 def test_with_rival_adds_one_bank_line_to_the_pools_own_listing_picked_iff_cheaper():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from data_process.sim_oracle import main as oracle_main
+from sim.warm_start.cli import main as oracle_main
 from verl.algos.losses import masked_lm_loss, token_nll
 from verl.trainer.config import load_run_config
 from verl.trainer.sft import main as sft_main

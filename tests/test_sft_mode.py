@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from data_process.sim_oracle import main as oracle_main
+from sim.warm_start.cli import main as oracle_main
 from verl.algos.losses import token_nll
 from verl.algos.masked import masked_mean
 from verl.trainer.main_ppo import load_config, resolve_total_steps, run

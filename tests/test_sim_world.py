@@ -16,7 +16,7 @@ import yaml
 from router_r1.pool.registry import ModelRegistry
 from sim.backend import CANT_TELL, SimBackend, SimProfileError
 from sim.world import DOMAINS, RELATIONS, SimWorld, count_tokens, truncate_tokens
-from router_r1.prompts import submodel_messages
+from router_r1.pool.messages import submodel_messages
 from router_r1.reward.qa_em import normalize_answer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -308,7 +308,8 @@ def test_world_size_reaches_the_data_the_oracle_and_the_pool_server(tmp_path):
     """--world-entities: a bigger world holds more train questions, and data, oracle and pool agree on it."""
     import pandas as pd
 
-    from data_process.sim_oracle import OracleConfig, run
+    from sim.warm_start.build import run
+    from sim.warm_start.recipe import make_recipe
     from sim.qa import SimConfig, draw_questions
     from router_r1.pool.server import _build_backend, _parse_args
 
@@ -322,7 +323,7 @@ def test_world_size_reaches_the_data_the_oracle_and_the_pool_server(tmp_path):
     data = draw_questions(SimConfig(out_dir=tmp_path, world_entities=16, train_size=150, val_size=5, test_size=10,
                                     two_hop_frac=0.0))
     assert len(data["train"]) == 150
-    written = run(OracleConfig(out_dir=tmp_path / "oracle", n=150, noise=0.0, world_entities=16, two_hop_frac=0.0,
+    written = run(make_recipe(out_dir=tmp_path / "oracle", n=150, noise=0.0, world_entities=16, two_hop_frac=0.0,
                                tokenizer=False))
     oracle = pd.read_parquet(written["oracle"])
     # its experts know the 16-entity world's facts (in another world they could not tell: EM ~0)

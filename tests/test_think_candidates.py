@@ -1,4 +1,4 @@
-"""sim_oracle --think-candidates: each oracle-mode hop's <think> restates the listed candidates for its domain.
+"""sim.warm_start --think-candidates: each oracle-mode hop's <think> restates the listed candidates for its domain.
 
 The stated candidates must be exactly the prompt's lines naming the hop's domain, in listing order and with the
 prices the prompt shows; the pick the cheapest of them; the routes those picks. Slips keep the short think, and
@@ -7,8 +7,10 @@ without the flag the rows are those built without it.
 import re
 from pathlib import Path
 
-from sim.pool_variation import Line, Listing
-from data_process.sim_oracle import OracleConfig, build_rows, main as oracle_main, own_template
+from sim.warm_start.build import build_rows, own_template
+from sim.warm_start.cli import main as oracle_main
+from sim.warm_start.pool_variation import Line, Listing
+from sim.warm_start.recipe import make_recipe
 from router_r1.pool.registry import ModelRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,8 +23,8 @@ STATED = re.compile(r"(?: Listed for \w+| None listed for \w+; all topics): [^<]
 
 def rows(tmp_path, **kw):
     Path(tmp_path).mkdir(parents=True, exist_ok=True)
-    cfg = OracleConfig(out_dir=tmp_path, n=kw.pop("n", 80), pool=UNSEEN, tokenizer=False, **kw)
-    return build_rows(cfg, own_template(Path(tmp_path), None, UNSEEN))[0]
+    recipe = make_recipe(out_dir=tmp_path, n=kw.pop("n", 80), pool=UNSEEN, tokenizer=False, **kw)
+    return build_rows(recipe, own_template(Path(tmp_path), None, UNSEEN))[0]
 
 
 def naming(row, domain) -> list[tuple[str, str]]:
@@ -81,7 +83,7 @@ def test_the_pools_own_listing_is_stated_for_plain_rows_and_confused_hops_keep_t
 
 
 def test_no_line_naming_the_domain_states_the_generalists():
-    from data_process.sim_oracle import stated_candidates
+    from sim.warm_start.oracle import stated_candidates
 
     seen = ModelRegistry.from_yaml(UNSEEN).seen()
     qwen, big, mix = seen["Qwen2.5-7B-Instruct"], seen["LLaMA-3.1-70B-Instruct"], seen["Mixtral-8x22B-Instruct"]

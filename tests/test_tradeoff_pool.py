@@ -1,7 +1,7 @@
 """configs/pool/sim_tradeoff.yaml: a pool where the cost weight changes the per-alpha oracle's routes (issue 31)."""
 import pytest
 
-from data_process.sim_oracle_alpha import GUESS, AlphaOracle, alpha0_costs, plan_shift
+from sim.warm_start.alpha import GUESS, AlphaOracle, alpha0_costs, plan_shift
 from router_r1.pool.registry import ModelRegistry
 from sim.backend import SimBackend
 from sim.world import SimWorld

@@ -91,7 +91,7 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$OUT/commands.log"
 case "$*" in
   -c*) exec {python} "$@" ;;
-  *data_process.sim_oracle*) mkdir -p "$OUT/oracle" && touch "$OUT/oracle/prompt_template.txt" ;;
+  *sim.warm_start*) mkdir -p "$OUT/oracle" && touch "$OUT/oracle/prompt_template.txt" ;;
   *"--config-name sft"*) mkdir -p "$OUT/sft" && printf '%s' "$SUMMARY" > "$OUT/sft/sft_summary.json" ;;
 esac
 """
@@ -109,6 +109,32 @@ def _train_sh_sft_only(tmp_path, summary: dict, **env):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     sft = [line for line in (tmp_path / "out" / "commands.log").read_text().splitlines() if "--config-name sft" in line]
     return proc, sft[0]
+
+
+def _stage1(tmp_path, **env):
+    """The recipe train.sh's stage 1 builds under `env` (its sim.warm_start command, parsed)."""
+    from sim.warm_start.recipe import parse_args
+
+    tmp_path.mkdir()
+    _train_sh_sft_only(tmp_path, {"steps": 1, "planned_steps": 1, "stopped": "done"}, **env)
+    (line,) = [x for x in (tmp_path / "out" / "commands.log").read_text().splitlines() if "sim.warm_start" in x]
+    args = line.split()
+    assert args[:2] == ["-m", "sim.warm_start"] and "--report" in args
+    return parse_args(args[2:])
+
+
+def test_stage_one_builds_the_default_recipe_and_the_knobs_override_it(tmp_path):
+    recipe = _stage1(tmp_path / "default")
+    assert recipe.build.n == 2000 and recipe.build.out_dir == str(tmp_path / "default" / "out" / "oracle")
+    # the old defaults: --noise 0.05 --prefer-big 0 --confuse 0 --rename 1 --whole-names
+    assert (recipe.build.noise, recipe.habits.prefer_big, recipe.habits.confuse, recipe.names.rename,
+            recipe.names.whole_names) == (0.05, 0.0, 0.0, 1.0, True)
+    knobs = _stage1(tmp_path / "knobs", NOISE="0.2", PREFER_BIG="0.3", CONFUSE="0.8", RENAME="0", WHOLE_NAMES="0",
+                    N_ORACLE="64")
+    assert (knobs.build.n, knobs.build.noise, knobs.habits.prefer_big, knobs.habits.confuse, knobs.names.rename,
+            knobs.names.whole_names) == (64, 0.2, 0.3, 0.8, 0.0, False)
+    earlier = _stage1(tmp_path / "earlier", RECIPE="configs/recipes/confused.yaml")
+    assert (earlier.build.noise, earlier.habits.prefer_big, earlier.habits.confuse) == (0.2, 0.3, 0.8)
 
 
 def test_the_embedded_default_has_a_step_budget_not_a_clock(tmp_path):

@@ -50,7 +50,7 @@ def test_the_unseen_model_is_the_best_value_on_science_and_says_so():
 def test_the_validation_probe_is_another_new_model_on_another_domain():
     """sim_probe.yaml: the same six seen models, and GeoMind-3B the best value on geography; no bank name (plain or
     styled) is it, so no training row names it, and it is not the test's unseen model."""
-    from sim.pool_variation import name_bank
+    from sim.warm_start.pool_variation import name_bank
     from router_r1.pool.registry import normalize_name
 
     probe = ModelRegistry.from_yaml(REPO / "configs" / "pool" / "sim_probe.yaml")
@@ -118,7 +118,7 @@ def test_evaluation_with_and_without_the_unseen_model(tmp_path, tok, data):
     on_disk = json.loads((tmp_path / "all" / "summary.json").read_text())["runs"][0]
     assert on_disk["unseen"][NEW]["science"]["share"] == 1.0
     # paired over the same questions: the same EM, cheaper where the new specialist answered
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "paired_evals.py"), str(tmp_path / "seen"),
+    proc = subprocess.run([sys.executable, "-m", "tools.analysis.paired_evals", str(tmp_path / "seen"),
                            str(tmp_path / "all"), "--out", str(tmp_path / "diff.json")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert f"unseen {NEW} on science: share of calls 0.00 -> 1.00 ({n_science} calls)" in proc.stdout
@@ -126,13 +126,13 @@ def test_evaluation_with_and_without_the_unseen_model(tmp_path, tok, data):
     assert diff["n"] == len(questions) and diff["em_diff"] == 0.0
     assert diff["cost_diff_1e6"] < 0 and diff["cost_diff_1e6_ci95"][1] < 0
     # --routers pairs the one router run of each directory whatever their labels (fixed against conditioned)
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "paired_evals.py"), str(tmp_path / "seen"),
+    proc = subprocess.run([sys.executable, "-m", "tools.analysis.paired_evals", str(tmp_path / "seen"),
                            str(tmp_path / "all"), "--routers", "--out", str(tmp_path / "r.json")], capture_output=True,
                           text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "r.json").read_text())["scripted"]["paired"] == diff
     # --cross pairs every run of B with every run of A, keyed "B vs A"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "paired_evals.py"), str(tmp_path / "seen"),
+    proc = subprocess.run([sys.executable, "-m", "tools.analysis.paired_evals", str(tmp_path / "seen"),
                            str(tmp_path / "all"), "--cross", "--out", str(tmp_path / "x.json")], capture_output=True,
                           text=True)
     assert proc.returncode == 0, proc.stderr
@@ -142,7 +142,7 @@ def test_evaluation_with_and_without_the_unseen_model(tmp_path, tok, data):
     plain = tmp_path / "all" / "trajectories.jsonl"
     (tmp_path / "all" / "trajectories.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
     plain.unlink()
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "paired_evals.py"), str(tmp_path / "seen"),
+    proc = subprocess.run([sys.executable, "-m", "tools.analysis.paired_evals", str(tmp_path / "seen"),
                            str(tmp_path / "all"), "--out", str(tmp_path / "z.json")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "z.json").read_text())["scripted"]["paired"] == diff

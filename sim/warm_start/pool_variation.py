@@ -15,7 +15,7 @@ the familiar listing is then a case of the rule too, and a new line is the pick 
 Every line's name resolves, in the row's own registry (Listing.registry), to a spec with its profile's
 api_id, so the simulated backend answers as that profile and check_format accepts the routes. The names
 are whole tokens of the tokenizer, each copied in many rows; a name no row shows (the unseen model's) gets
-a row drawn like theirs before it is offered (scripts/new_model_names.py).
+a row drawn like theirs before it is offered (tools/analysis/new_model_names.py).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Alpha-conditioned oracle data (issue 31): each row's route is the plan of highest expected reward at its alpha,
+"""Alpha-conditioned oracle data (issue 31; sim/warm_start/alpha.py): each row's route is the plan of highest expected reward at its alpha,
 its prompt states that alpha as the environment renders it, and routes only get cheaper as alpha grows."""
 import random
 import re
@@ -6,10 +6,11 @@ import re
 import pandas as pd
 import pytest
 
-from data_process.sim_oracle_alpha import (GUESS, AlphaOracle, AlphaOracleConfig, alpha0_costs, build_rows,
-                                           main, parse_args, plan_shift, run)
-from sim.name_swap import EntityNames
-from data_process.sim_oracle import DEFAULT_POOL
+from sim.warm_start.alpha import GUESS, AlphaOracle, alpha0_costs, plan_shift
+from sim.warm_start.build import DEFAULT_POOL, build_rows, run
+from sim.warm_start.cli import main
+from sim.warm_start.name_swap import EntityNames
+from sim.warm_start.recipe import make_recipe, parse_args
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from sim.backend import SimBackend
@@ -22,6 +23,12 @@ from verl.trainer.dataset import PromptRow
 
 ALPHAS = (0.0, 0.3, 0.6, 0.9)
 GRID = [k / 10 for k in range(11)]
+# what the alpha oracle's own CLI defaulted to before it folded into sim.warm_start
+FLAGS = ["--alphas", "0", "0.3", "0.6", "0.9", "--noise", "0.05"]
+
+
+def recipe(**kw):
+    return make_recipe(**{"alphas": list(ALPHAS), "noise": 0.05, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +44,7 @@ def oracle():
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     out = tmp_path_factory.mktemp("alpha_oracle")
-    run(AlphaOracleConfig(out_dir=out, n=120, alphas=ALPHAS, tokenizer=False))
+    run(recipe(out_dir=out, n=120, alphas=list(ALPHAS), tokenizer=False))
     return out, pd.read_parquet(out / "oracle.parquet").to_dict("records")
 
 
@@ -66,7 +73,7 @@ def test_prompt_is_what_the_env_renders_for_that_alpha(written, tok):
 
 
 def test_fixed_alpha_data_keeps_the_plain_prompt(tmp_path):
-    run(AlphaOracleConfig(out_dir=tmp_path, n=20, alphas=(0.9,), alpha_text=False, tokenizer=False))
+    run(recipe(out_dir=tmp_path, n=20, alphas=[0.9], alpha_text=False, tokenizer=False))
     rows = pd.read_parquet(tmp_path / "oracle.parquet").to_dict("records")
     assert {r["alpha"] for r in rows} == {0.9}
     assert not any("Cost weight" in r["prompt"][0]["content"] for r in rows)
@@ -119,16 +126,16 @@ def test_plan_value_is_the_training_reward(oracle):
 
 def test_bad_input_is_named(tmp_path, capsys):
     with pytest.raises(ValueError, match="--alphas"):
-        build_rows(AlphaOracleConfig(out_dir=tmp_path, n=5, alphas=(0.2, 1.5)), DEFAULT_POOL)
-    assert main(["--out-dir", str(tmp_path), "--n", "5", "--no-tokenizer", "--cost-window", "3e-6", "1e-6"]) == 1
+        build_rows(recipe(out_dir=tmp_path, n=5, alphas=[0.2, 1.5]), DEFAULT_POOL)
+    assert main(["--out-dir", str(tmp_path), *FLAGS, "--n", "5", "--no-tokenizer", "--cost-window", "3e-6", "1e-6"]) == 1
     assert "--cost-window must be 0 <= LOW < HIGH" in capsys.readouterr().err
 
 
 def test_renamed_rows_keep_their_routes_and_rename_consistently(tmp_path):
     # --rename 1 (issue 32's SFT data): the same rows, plans and costs, each row's entities renamed by one mapping
-    cfg = dict(n=80, alphas=ALPHAS, tokenizer=False)
-    run(AlphaOracleConfig(out_dir=tmp_path / "plain", **cfg))
-    run(AlphaOracleConfig(out_dir=tmp_path / "renamed", rename=1.0, **cfg))
+    cfg = dict(n=80, alphas=list(ALPHAS), tokenizer=False)
+    run(recipe(out_dir=tmp_path / "plain", **cfg))
+    run(recipe(out_dir=tmp_path / "renamed", rename=1.0, **cfg))
     plain, renamed = (pd.read_parquet(tmp_path / d / "oracle.parquet").to_dict("records") for d in ("plain", "renamed"))
     names = EntityNames.from_world(SimWorld(seed=0), reserved=set(
         re.findall(r"\w+", (tmp_path / "plain" / "prompt_template.txt").read_text())))
@@ -156,7 +163,7 @@ def test_whole_names_are_one_token(tmp_path):
     from transformers import AutoTokenizer
 
     world = SimWorld(seed=0, n_entities_per_type=20)
-    assert main(["--out-dir", str(tmp_path), "--n", "60", "--world-entities", "20", "--whole-names",
+    assert main(["--out-dir", str(tmp_path), *FLAGS, "--n", "60", "--world-entities", "20", "--whole-names",
                  "--rename", "1"]) == 0
     tok = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
     person, company = world.by_type["person"][3], world.by_type["company"][3]
@@ -173,7 +180,7 @@ def test_every_stated_alpha_is_one_token(tmp_path):
 
     from router_r1.prompts import alpha_text
 
-    assert main(["--out-dir", str(tmp_path), "--n", "20", "--world-entities", "20"]) == 0
+    assert main(["--out-dir", str(tmp_path), *FLAGS, "--n", "20", "--world-entities", "20"]) == 0
     tok = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
     for alpha in (0, 0.15, 0.3, 0.35, 0.6, 0.9, 1):
         ids = tok(alpha_text(alpha), add_special_tokens=False)["input_ids"]
@@ -184,7 +191,7 @@ def test_every_stated_alpha_is_one_token(tmp_path):
 def test_each_alpha_asks_every_question_at_every_alpha(tmp_path):
     # the sim_tradeoff pool, where the best route depends on alpha: rows that differ only in the stated alpha
     pool = "configs/pool/sim_tradeoff.yaml"
-    run(AlphaOracleConfig(out_dir=tmp_path, n=160, alphas=ALPHAS, each_alpha=True, noise=0.0, pool=pool,
+    run(recipe(out_dir=tmp_path, n=160, alphas=list(ALPHAS), each_alpha=True, noise=0.0, pool=pool,
                           tokenizer=False))
     rows = pd.read_parquet(tmp_path / "oracle.parquet").to_dict("records")
     assert len(rows) == 160
@@ -196,19 +203,19 @@ def test_each_alpha_asks_every_question_at_every_alpha(tmp_path):
     differ = sum(len({r["plan"] for r in g}) > 1 for g in groups)
     assert differ >= 10, differ  # the planner's routes change with alpha for many questions on this pool
     with pytest.raises(ValueError, match=r"--n \(10\) must be a multiple of the 4 alphas"):
-        build_rows(AlphaOracleConfig(out_dir=tmp_path, n=10, alphas=ALPHAS, each_alpha=True), DEFAULT_POOL)
+        build_rows(recipe(out_dir=tmp_path, n=10, alphas=list(ALPHAS), each_alpha=True), DEFAULT_POOL)
 
 
 def test_think_alpha_restates_the_weight_before_each_pick_and_changes_nothing_else(tmp_path):
-    cfg = dict(n=60, alphas=ALPHAS, pool="configs/pool/sim_tradeoff.yaml", tokenizer=False)
-    run(AlphaOracleConfig(out_dir=tmp_path / "plain", **cfg))
-    run(AlphaOracleConfig(out_dir=tmp_path / "think", think_alpha=True, **cfg))
+    cfg = dict(n=60, alphas=list(ALPHAS), pool="configs/pool/sim_tradeoff.yaml", tokenizer=False)
+    run(recipe(out_dir=tmp_path / "plain", **cfg))
+    run(recipe(out_dir=tmp_path / "think", think_alpha=True, **cfg))
     plain, think = (pd.read_parquet(tmp_path / d / "oracle.parquet").to_dict("records") for d in ("plain", "think"))
     stated = 0
     for p, t in zip(plain, think):
         assert list(p["route_models"]) == list(t["route_models"]) and p["prompt"][0]["content"] == t["prompt"][0]["content"]
         weight = f"Cost weight {t['alpha']:g}. "
-        if t["mode"] == "oracle":  # the slips are sim_oracle's trajectories, as without the flag
+        if t["mode"] == "oracle":  # the slips are the hop oracle's trajectories, as without the flag
             picks = re.findall(r"<think>([^<]*)</think><search>", t["response_text"])
             assert len(picks) == t["routes"] and all(f"{weight}Ask " in k for k in picks), t["response_text"]
             stated += len(picks)
@@ -217,9 +224,9 @@ def test_think_alpha_restates_the_weight_before_each_pick_and_changes_nothing_el
 
 
 def test_think_alpha_at_start_opens_each_decision_with_the_weight_and_moves_nothing_else(tmp_path):
-    cfg = dict(n=60, alphas=ALPHAS, pool="configs/pool/sim_tradeoff.yaml", tokenizer=False, think_alpha=True)
-    run(AlphaOracleConfig(out_dir=tmp_path / "pick", **cfg))
-    run(AlphaOracleConfig(out_dir=tmp_path / "start", think_alpha_at="start", **cfg))
+    cfg = dict(n=60, alphas=list(ALPHAS), pool="configs/pool/sim_tradeoff.yaml", tokenizer=False, think_alpha=True)
+    run(recipe(out_dir=tmp_path / "pick", **cfg))
+    run(recipe(out_dir=tmp_path / "start", think_alpha_at="start", **cfg))
     pick, start = (pd.read_parquet(tmp_path / d / "oracle.parquet").to_dict("records") for d in ("pick", "start"))
     opened = moved = 0
     for p, s in zip(pick, start):
@@ -233,9 +240,9 @@ def test_think_alpha_at_start_opens_each_decision_with_the_weight_and_moves_noth
             moved += s["response_text"] != p["response_text"]
         assert s["response_text"].replace(weight, "") == p["response_text"].replace(weight, ""), s["uid"]
     assert opened >= 60 and moved >= 30  # "A science fact. Cost weight 0.3. Ask" became "Cost weight 0.3. A science ..."
-    assert parse_args(["--think-alpha", "--think-alpha-at", "start"]).think_alpha_at == "start"
-    assert parse_args(["--think-alpha"]).think_alpha_at == "pick"
+    assert parse_args(["--out-dir", "x", *FLAGS, "--think-alpha", "--think-alpha-at", "start"]).per_alpha.think_alpha_at == "start"
+    assert parse_args(["--out-dir", "x", *FLAGS, "--think-alpha"]).per_alpha.think_alpha_at == "pick"
     with pytest.raises(ValueError, match=r"--think-alpha-at start places the restated weight: it needs --think-alpha"):
-        build_rows(AlphaOracleConfig(out_dir=tmp_path, n=8, think_alpha_at="start"), DEFAULT_POOL)
+        build_rows(recipe(out_dir=tmp_path, n=8, think_alpha_at="start"), DEFAULT_POOL)
     with pytest.raises(ValueError, match=r"--think-alpha-at must be one of pick, start, got 'end'"):
-        build_rows(AlphaOracleConfig(out_dir=tmp_path, n=8, think_alpha=True, think_alpha_at="end"), DEFAULT_POOL)
+        build_rows(recipe(out_dir=tmp_path, n=8, think_alpha=True, think_alpha_at="end"), DEFAULT_POOL)

@@ -8,7 +8,7 @@ import collections
 import re
 from pathlib import Path
 
-from data_process.sim_oracle import main as oracle_main
+from sim.warm_start.cli import main as oracle_main
 from router_r1.pool.registry import ModelRegistry
 from sim.backend import SimBackend
 from verl.trainer.sft_data import load_rows

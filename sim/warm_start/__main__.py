@@ -1,0 +1,5 @@
+import sys
+
+from sim.warm_start.cli import main
+
+sys.exit(main())
