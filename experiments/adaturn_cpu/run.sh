@@ -15,8 +15,9 @@ EMB=outputs/embedded
 OUT=${OUT:-outputs/adaturn}
 mkdir -p "$OUT"
 
-$PY -m data_process.sim_oracle_budget --out-dir "$OUT/oracle" --n 2000 --budgets 1 2 3 4 5 6 \
-  --forced-frac 0.5 --noise 0.2 --prompt-template "$EMB/oracle/prompt_template.txt" --report
+# configs/recipes/budget.yaml: 2,000 rows, budgets 1-6, forced share 0.5, noise 0.2, no tokenizer (the embedded one's)
+$PY -m sim.warm_start --recipe configs/recipes/budget.yaml --out-dir "$OUT/oracle" \
+  --prompt-template "$EMB/oracle/prompt_template.txt" --report
 
 $PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$EMB/sft" --out "$OUT/sft" \
   --epochs 2 --max-steps ${SFT_STEPS:-250} --lr ${SFT_LR:-5e-4} --batch-size 16 --context-loss-weight 1.0 \

@@ -5,7 +5,7 @@
 #   bash experiments/alpha_conditioned/run_alpha.sh                     the whole experiment (outputs/alpha_conditioned)
 #   N_ORACLE=64 TRAIN_SIZE=64 TEST_SIZE=24 SFT_MAX_STEPS=4 PPO_STEPS=1 ... bash ...   a smoke (see SMOKE below)
 #
-# 1. data: alpha-conditioned oracle trajectories (data_process/sim_oracle_alpha.py: each row's alpha drawn from
+# 1. data: alpha-conditioned oracle trajectories (sim/warm_start/alpha.py: each row's alpha drawn from
 #    ALPHAS, stated in its prompt, its route the plan of highest expected reward at that alpha), one oracle set per
 #    fixed alpha (the same planner at that alpha, plain prompts), the QA data; all on POOL, whose seen models are
 #    configs/pool/sim.yaml's (sim_unseen.yaml adds SciGLM-6B, never in any training data or prompt)
@@ -60,12 +60,12 @@ TEMPLATE=$O/prompt_template.txt
 stage "1/5 data"
 NAMES=(--rename "$RENAME")
 [ "$WHOLE_NAMES" = 1 ] && NAMES+=(--whole-names)  # the tokenizer (the conditioned set's) serves every run
-$PY -m data_process.sim_oracle_alpha --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS --noise "$NOISE" \
+$PY -m sim.warm_start --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS --noise "$NOISE" \
   "${NAMES[@]}" ${MODEL:+--model "$MODEL"} --report | tee "$OUT/logs/oracle.txt"
 FIXED_DATA=$ALPHAS
 [ "$FIXED_SFT" = shared ] && FIXED_DATA=$(echo $ALPHAS | cut -d' ' -f1)
 for a in $FIXED_DATA; do
-  $PY -m data_process.sim_oracle_alpha --out-dir "$OUT/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" --alphas "$a" \
+  $PY -m sim.warm_start --out-dir "$OUT/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" --alphas "$a" \
     --no-alpha-text --noise "$NOISE" --rename "$RENAME" --prompt-template "$TEMPLATE" --no-tokenizer \
     > "$OUT/logs/oracle_fixed_$a.txt"
 done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The conditioned router again, with every stated alpha one token (sim_oracle_alpha's ALPHA_WORDS): the same
+# The conditioned router again, with every stated alpha one token (sim/warm_start/alpha.py's ALPHA_WORDS): the same
 # oracle rows as run_tradeoff.sh's conditioned set (same seeds and flags), a tokenizer that adds the alpha words,
 # one straight 6-epoch SFT (750 steps; the recorded SFTs were 375 + a continued 375), then told each alpha on
 # the 300 test questions and paired with the recorded fixed-alpha SFTs (REF: run_tradeoff.sh's OUT after
@@ -11,7 +11,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 REF=${REF:-outputs/alpha_tradeoff} OUT=${OUT:-outputs/alpha_tokens} POOL=configs/pool/sim_tradeoff.yaml
 O=$OUT/oracle T=$OUT/sft_cond_told E=$OUT/eval
 mkdir -p "$OUT/logs"
-python -m data_process.sim_oracle_alpha --out-dir "$O" --pool "$POOL" --n 2000 --alphas 0 0.3 0.6 0.9 --noise 0.05 \
+python -m sim.warm_start --out-dir "$O" --pool "$POOL" --n 2000 --alphas 0 0.3 0.6 0.9 --noise 0.05 \
   --rename 1 --whole-names > "$OUT/logs/oracle.txt"
 python -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$O/oracle.parquet]" "model.path=$O/model.json" \
   "model.tokenizer=$O/tokenizer" "trainer.output_dir=$OUT/sft_cond" "trainer.hf_dir=$OUT/sft_cond" trainer.resume=none \

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The conditioned router of the embedded default (2-layer policy from scratch, CPU) on SFT rows where every question
 # comes at each alpha 0 / 0.3 / 0.6 / 0.9 and each decision's <think> restates "Cost weight A." just before the pick
-# (sim_oracle_alpha --each-alpha --think-alpha; on the H200 this made Gemma 3 270M's cost fall with the told alpha:
+# (sim.warm_start --alphas ... --each-alpha --think-alpha; on the H200 this made Gemma 3 270M's cost fall with the told alpha:
 # experiments/gemma_alpha/run_gemma_alpha.sh), against four fixed-alpha SFTs with the same rows count, epochs and steps.
 # Self-contained: run_alpha.sh's data flags and SFT recipe (6 epochs, 750 steps), greedy on the 300 test questions.
 #
 #   BASELINES_DIR=/tmp/base/eval/baselines bash experiments/alpha_tradeoff/run_think_alpha.sh
 #       (BASELINES_DIR: an evaluation of the baselines on these test questions, summary.json and trajectories.jsonl;
 #        empty: evaluated here with --baseline BASELINES)
-# COND_FLAGS: more sim_oracle_alpha flags for the conditioned router's rows only (think_alpha_4k: --n 4000, 1,000
+# COND_FLAGS: more sim.warm_start flags for the conditioned router's rows only (think_alpha_4k: --n 4000, 1,000
 #   questions at each alpha, which made the policy follow the told alpha); its rows then get their own tokenizer, while
 #   the fixed runs keep the plain --think-alpha set's tokenizer and template, so they are the same runs as think_alpha's.
 #   COND_EPOCHS: the conditioned SFT's epochs (default SFT_EPOCHS).
@@ -35,16 +35,16 @@ stage() { echo "== $(date -u +%T) [$(( $(date +%s) - start ))s] $*"; }
 O=$OUT/oracle_cond TEMPLATE=$OUT/oracle_cond/prompt_template.txt E=$OUT/eval
 
 stage "data: conditioned (--each-alpha --think-alpha; its tokenizer, model config and template serve every run${COND_FLAGS:+ but the conditioned one, on its own rows: $COND_FLAGS}), fixed at $ALPHAS, QA"
-python -m data_process.sim_oracle_alpha --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS --each-alpha \
+python -m sim.warm_start --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS --each-alpha \
   --think-alpha --noise 0.05 --rename 1 --whole-names ${MODEL:+--model "$MODEL"} --report > "$OUT/logs/oracle_cond.txt"
 C=$O  # the conditioned router's rows
 if [ -n "$COND_FLAGS" ]; then
   C=$OUT/oracle_cond_flags
-  python -m data_process.sim_oracle_alpha --out-dir "$C" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS --each-alpha \
+  python -m sim.warm_start --out-dir "$C" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS --each-alpha \
     --think-alpha $COND_FLAGS --noise 0.05 --rename 1 --whole-names ${MODEL:+--model "$MODEL"} --report > "$OUT/logs/oracle_cond_flags.txt"
 fi
 for a in $ALPHAS; do
-  python -m data_process.sim_oracle_alpha --out-dir "$OUT/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" --alphas "$a" \
+  python -m sim.warm_start --out-dir "$OUT/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" --alphas "$a" \
     --no-alpha-text --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer > "$OUT/logs/oracle_fixed_$a.txt"
 done
 python -m sim.qa --out-dir "$OUT/data" --pool "$POOL" --prompt-template "$TEMPLATE" \

@@ -4,7 +4,7 @@
 # carries the last piece). SFTs with the same budget (2,000 oracle rows, pipeline_gemma_s8's recipe: 3 epochs,
 # lr 1e-4, policy tokens only), run side by side on the one GPU (each alone leaves it mostly idle):
 #   cond_think  conditioned: 500 questions, each at all four alphas 0 / 0.3 / 0.6 / 0.9 stated in its prompt, and each
-#               decision's <think> restating it (sim_oracle_alpha --each-alpha --think-alpha)
+#               decision's <think> restating it (sim.warm_start --alphas ... --each-alpha --think-alpha)
 #   cond_each   the same rows without the restatement (--each-alpha)
 #   cond        each row's alpha drawn from the four (the CPU runs' data)
 #   fixed_A     one per alpha A, plain prompts, routes planned at A
@@ -58,19 +58,19 @@ SHAPE=(--max-turns 3 --max-obs-length 128 --response-length 64 --max-response-le
   for a in $FIXED; do RUNS+=" fixed_$a"; done  # (printf over an empty FIXED would make a run "fixed_")
   if has data; then
   stage "oracle rows: cond (the template), $CONDS, fixed at ${FIXED:-(none)}; the test questions"
-  python3 -m data_process.sim_oracle_alpha --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS \
+  python3 -m sim.warm_start --out-dir "$O" --pool "$POOL" --n "$N_ORACLE" --alphas $ALPHAS \
     --noise 0.05 --rename 1 "${TOK[@]}" --report
   for r in $CONDS; do
     flags=(--each-alpha) k=1
     [[ $r == *_x* ]] && k=${r##*_x}
     [[ $r == cond_think* ]] && flags+=(--think-alpha)
     [[ $r == cond_each* || $r == cond_think* ]] || flags=()  # cond: each row's alpha drawn from the set
-    python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_$r" --pool "$POOL" --n $((N_ORACLE * k)) \
+    python3 -m sim.warm_start --out-dir "$RUN/oracle_$r" --pool "$POOL" --n $((N_ORACLE * k)) \
       --alphas $COND_ALPHAS "${flags[@]}" --noise 0.05 --rename 1 --seed "$COND_SEED" --prompt-template "$TEMPLATE" \
       --no-tokenizer &
   done
   for a in $FIXED; do
-    python3 -m data_process.sim_oracle_alpha --out-dir "$RUN/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" \
+    python3 -m sim.warm_start --out-dir "$RUN/oracle_fixed_$a" --pool "$POOL" --n "$N_ORACLE" \
       --alphas "$a" --no-alpha-text --noise 0.05 --rename 1 --prompt-template "$TEMPLATE" --no-tokenizer &
   done
   # run_alpha.sh's sizes, so the test questions are docs/results/alpha_tradeoff's (its baselines' summary)

@@ -11,7 +11,7 @@ GGUF=${1:?gguf}; TOK=${2:?tokenizer dir}; OUT=${3:?output dir}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 $PY -c "import transformers; print('transformers', transformers.__version__)"
-$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n 32 --world-entities 150 --noise 0.3 --report
+$PY -m sim.warm_start --out-dir "$OUT/oracle" --n 32 --world-entities 150 --noise 0.3 --report
 $PY -m sim.qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" --world-entities 150 \
   --train-size 2000 --val-size 200 --test-size 8
 $PY -c "import pandas as pd, sys; d = sys.argv[1]

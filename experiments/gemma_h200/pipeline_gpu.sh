@@ -41,7 +41,7 @@ start=$(date +%s)
 stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
 
 stage "oracle trajectories, tokenizer; QA data"
-$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" --world-entities "$WORLD_ENTITIES" $ORACLE_FLAGS --report
+$PY -m sim.warm_start --out-dir "$OUT/oracle" --n "$N_ORACLE" --world-entities "$WORLD_ENTITIES" $ORACLE_FLAGS --report
 $PY -m sim.qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" --world-entities "$WORLD_ENTITIES" \
   --train-size 2000 --val-size 200 --test-size "$EVAL_LIMIT"
 

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Issue 31's unseen model with the pretrained Gemma 3 270M (device tool; the bundle as for run_gemma.sh: the
 # calls before this one leave .gg/b0 ... in $PIECES, this one carries the last piece). SFT on oracle rows of
-# which VARY share list a pool of their own (sim_oracle --vary-pool: random models, made-up names, prices; the
+# which VARY share list a pool of their own (sim.warm_start --vary-pool: random models, made-up names, prices; the
 # pick is the cheapest listed model naming the domain), then the 300 test questions twice, paired: the seen
 # pool's listing, and the listing with SciGLM-6B ($0.05, science; never in a training row) under
 # --include-unseen. VARY=0 is the same SFT on the fixed listing (pipeline_gemma_s8's warm start). RIVAL share of
-# rows list the pool's own listing plus one made-up line (sim_oracle --add-rival: cheaper than the pick for its
+# rows list the pool's own listing plus one made-up line (sim.warm_start --add-rival: cheaper than the pick for its
 # domains 70% of the time, else dearer), so the familiar listing is itself a case of the cheapest-line rule.
 # THINK=1 makes each oracle-mode hop's <think> state the listed lines naming its domain with their prices before
-# the pick (sim_oracle --think-candidates), so the pick is a copy from a few tokens back; its turns run to 89 Gemma
+# the pick (sim.warm_start --think-candidates), so the pick is a copy from a few tokens back; its turns run to 89 Gemma
 # tokens (60 without), so the evaluation's per-turn --response-length goes from 64 to 128 (RESPONSE_LENGTH).
 # FALLBACK=listed (with THINK=1) makes a hop whose reply has no answer ask the cheapest other listed line naming its
-# domain, stating those lines (sim_oracle --fallback listed), and DRILL share of oracle rows show that fallback
+# domain, stating those lines (sim.warm_start --fallback listed), and DRILL share of oracle rows show that fallback
 # after a cheaper rival line's miss (--fallback-drill). SEED: the oracle's question draw and noise. BANK: the made-up
 # names the rival lines draw from (--bank-size); BANK_STYLES=1 gives them real model names' shapes (--bank-styles);
 # RIVAL_CHEAPER: the share of rival lines that undercut the pick (--rival-cheaper). EVAL_BATCH: the evaluation's
@@ -57,7 +57,7 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
     "seed $SEED, bank $BANK ${STYLE_FLAG[*]}, rival-cheaper $RIVAL_CHEAPER, misname-drill $MISNAME), test data with and" \
     "without SciGLM-6B listed"
   # the oracle's pool holds SciGLM-6B so that no row's made-up names take it; its rows list seen models only
-  python3 -m data_process.sim_oracle --out-dir "$RUN/oracle" --n "${N_ORACLE:-2000}" --noise 0.05 --rename 1 \
+  python3 -m sim.warm_start --out-dir "$RUN/oracle" --n "${N_ORACLE:-2000}" --noise 0.05 --rename 1 \
     --vary-pool "$VARY" --add-rival "$RIVAL" "${THINK_FLAG[@]}" --fallback "$FALLBACK" --fallback-drill "$DRILL" \
     --seed "$SEED" --bank-size "$BANK" "${STYLE_FLAG[@]}" --rival-cheaper "$RIVAL_CHEAPER" --misname-drill "$MISNAME" \
     --pool "$POOL" --report

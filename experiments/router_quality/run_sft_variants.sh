@@ -45,7 +45,7 @@ one() {
   local v=$1 out=$W/$1 f oracle epochs model
   f=$(flags "$v"); oracle=${f%%|*}; f=${f#*|}; epochs=${f%%|*}; model=${f#*|}
   local t0=$(date +%s)
-  $PY -m data_process.sim_oracle --out-dir "$out/oracle" --n "${N_ORACLE:-2000}" $oracle ${model:+--model "$model"} --report &&
+  $PY -m sim.warm_start --out-dir "$out/oracle" --n "${N_ORACLE:-2000}" $oracle ${model:+--model "$model"} --report &&
   $PY -m sim.qa --out-dir "$out/data" --prompt-template "$out/oracle/prompt_template.txt" \
     --train-size 2000 --val-size 100 --test-size "${TEST_SIZE:-300}" &&
   $PY -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$out/oracle/oracle.parquet]" \

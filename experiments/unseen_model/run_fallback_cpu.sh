@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 31's unseen model on the embedded default (CPU): SFT on rows whose <think> states the listed lines and whose
-# fallback after no answer is the next cheapest listed line (sim_oracle --think-candidates --fallback listed
+# fallback after no answer is the next cheapest listed line (sim.warm_start --think-candidates --fallback listed
 # --fallback-drill, as docs/results/h200/gemma_unseen/fallback on Gemma), then the 300 test questions with and
 # without SciGLM-6B offered, paired. SciGLM-6B's name token gets a row drawn like the routed names'
 # (tools/analysis/new_model_names.py) before it is offered.
@@ -15,7 +15,7 @@ start=$(date +%s)
 stage() { echo; echo "== [$(( $(date +%s) - start ))s] $*"; }
 stage "oracle rows ($N, add-rival $RIVAL, bank $BANK ${STYLE_FLAG[*]}, rival-cheaper $RIVAL_CHEAPER, think-candidates," \
   "fallback listed, drill 0.1)"
-python -m data_process.sim_oracle --out-dir "$RUN/oracle" --pool "$POOL" --n "$N" --noise 0.05 --rename 1 \
+python -m sim.warm_start --out-dir "$RUN/oracle" --pool "$POOL" --n "$N" --noise 0.05 --rename 1 \
   --whole-names --add-rival "$RIVAL" --bank-size "$BANK" --think-candidates --fallback listed --fallback-drill 0.1 \
   --rival-cheaper "$RIVAL_CHEAPER" "${STYLE_FLAG[@]}" --report
 python -m sim.qa --out-dir "$RUN/data" --prompt-template "$RUN/oracle/prompt_template.txt" \
