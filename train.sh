@@ -30,17 +30,19 @@ esac
 # Sizes (environment variables; the defaults are the embedded default, the test shrinks them)
 OUT=${OUT:-outputs/embedded}
 N_ORACLE=${N_ORACLE:-2000}      # oracle trajectories for SFT
-# The annotator routes each hop to its domain's cheap specialist, with a few slips. The earlier default
-# (NOISE=0.2 PREFER_BIG=0.3 CONFUSE=0.8) left PPO a mix-up to undo but gave a warm start that routed
-# 27% of calls wrong at 4x the cost (docs/results/router_quality).
-NOISE=${NOISE:-0.05}            # P(a random slip: wrong specialist, guess, whole question to anyone)
-PREFER_BIG=${PREFER_BIG:-0}     # P(the annotator sends the question to the strongest, dearest generalist)
-CONFUSE=${CONFUSE:-0}           # P(a people/science hop goes to the cheap model the annotator mistakes for its specialist)
+# The warm start's recipe (configs/recipes/default.yaml): the annotator routes each hop to its domain's cheap
+# specialist, with a few slips. The earlier default (RECIPE=configs/recipes/confused.yaml, or NOISE=0.2
+# PREFER_BIG=0.3 CONFUSE=0.8) left PPO a mix-up to undo but gave a warm start that routed 27% of calls wrong at
+# 4x the cost (docs/results/router_quality). The knobs below override the recipe's values; empty: the recipe's.
+RECIPE=${RECIPE:-configs/recipes/default.yaml}
+NOISE=${NOISE:-}                # P(a random slip: wrong specialist, guess, whole question to anyone); recipe: 0.05
+PREFER_BIG=${PREFER_BIG:-}      # P(the annotator sends the question to the strongest, dearest generalist); recipe: 0
+CONFUSE=${CONFUSE:-}            # P(a people/science hop goes to the cheap model the annotator mistakes for its specialist); 0
 # Names: each entity name one token (WHOLE_NAMES=1) and every trajectory's entities renamed to others of the
 # world (RENAME=1), so the policy learns to copy any name, not the train questions' (SFT warm start EM 0.46 -> 0.86,
-# docs/results/router_quality). WHOLE_NAMES=0 RENAME=0: a token per word and the questions' own names.
-WHOLE_NAMES=${WHOLE_NAMES:-1}
-RENAME=${RENAME:-1}             # share of trajectories renamed
+# docs/results/router_quality); the recipe's. WHOLE_NAMES=0 RENAME=0: a token per word and the questions' own names.
+WHOLE_NAMES=${WHOLE_NAMES:-}    # 1 or 0
+RENAME=${RENAME:-}              # share of trajectories renamed
 SFT_EPOCHS=${SFT_EPOCHS:-6}
 SFT_MAX_STEPS=${SFT_MAX_STEPS:-}  # cap on SFT optimizer steps (empty: all epochs)
 SFT_TIME_LIMIT=${SFT_TIME_LIMIT:-}  # seconds; empty (default): none, so a slow machine trains the same model as a fast
@@ -63,8 +65,10 @@ if s["stopped"] != "done": print("SFT stopped early at step %d of %d (%s)" % (s[
 SRC=${SFT_FROM:-$OUT}  # where the data and the SFT model are
 if [ -z "$SFT_FROM" ]; then
 stage "1/5 oracle trajectories, tokenizer, model config"
-$PY -m data_process.sim_oracle --out-dir "$OUT/oracle" --n "$N_ORACLE" --noise "$NOISE" --prefer-big "$PREFER_BIG" \
-  --confuse "$CONFUSE" --rename "$RENAME" $([ "$WHOLE_NAMES" = 1 ] && echo --whole-names) --report
+ORACLE_FLAGS=(${NOISE:+--noise "$NOISE"} ${PREFER_BIG:+--prefer-big "$PREFER_BIG"} ${CONFUSE:+--confuse "$CONFUSE"}
+  ${RENAME:+--rename "$RENAME"})
+case "$WHOLE_NAMES" in 1) ORACLE_FLAGS+=(--whole-names) ;; 0) ORACLE_FLAGS+=(--no-whole-names) ;; esac
+$PY -m sim.warm_start --recipe "$RECIPE" --out-dir "$OUT/oracle" --n "$N_ORACLE" ${ORACLE_FLAGS[@]+"${ORACLE_FLAGS[@]}"} --report
 
 stage "2/5 simulated QA data"
 $PY -m sim.qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" \
@@ -85,7 +89,7 @@ CUT=$(sft_cut "$SRC/sft")
 [ -n "${SFT_ONLY:-}" ] && { stage "done: SFT model $SRC/sft${CUT:+ - WARNING: $CUT}"; exit 0; }
 
 stage "4/5 simulated pool server"
-source scripts/sim_pool.sh
+source tools/sim_pool.sh
 start_sim_pool "$OUT/pool_server.log"
 echo "pool at $URL"
 
