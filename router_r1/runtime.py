@@ -23,7 +23,7 @@ import numpy as np
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.server import ServerThread
-from router_r1.pool.world import world_of
+from router_r1.pool.world import SIM_POOL, world_of
 from router_r1.prompts import DEFAULT_TEMPLATE, TemplateError, load_template
 from router_r1.router_env import SCHEDULES, RouterEnv, RouterEnvConfig, make_env
 from router_r1.reward.format import FORMAT_RULE_SETS
@@ -33,8 +33,6 @@ from verl.trainer.config import PROMPT_TEMPLATE_FILE, find_run_config, load_run_
 # torch and transformers are imported inside the functions that need them, so that bad
 # input (paths, columns, the pool) is reported in a second rather than after model imports.
 
-REPO = Path(__file__).resolve().parents[1]
-SIM_POOL = REPO / "configs" / "pool" / "sim.yaml"
 PAPER_CONFIG = "router_r1"  # configs/router_r1.yaml: the env of a checkpoint without a run config
 
 

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from router_r1.eval.report import OVERALL, format_stage_table
 from router_r1.pool.registry import ModelRegistry, RegistryError
-from router_r1.pool.world import answer_key
-from router_r1.runtime import SIM_POOL
+from router_r1.pool.world import SIM_POOL, answer_key
 from router_r1.stages import stage_rates, trajectory_stages
 
 

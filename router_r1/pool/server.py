@@ -38,7 +38,7 @@ from router_r1.pool.errors import BadRequest, Overloaded
 from router_r1.pool.openai_http import (MODEL_KEY, ServerSettings, application, bad_request_response,
                                         error_response, models_handler, read_json, serve_until_signal, start_site)
 from router_r1.pool.registry import ModelRegistry, RegistryError
-from router_r1.pool.world import world_of
+from router_r1.pool.world import SIM_POOL, world_of
 
 __all__ = ["Backend", "FaultConfig", "Overloaded", "ServerSettings", "ServerThread", "make_pool_app", "main"]
 
@@ -272,7 +272,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m router_r1.pool.server", description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("sim", "hf"), default="sim",
                    help="sim (the experts of the world the pool yaml names) or hf (local transformers models)")
-    p.add_argument("--pool", default="configs/pool/sim.yaml", help="a simulated pool's yaml (sim backend)")
+    p.add_argument("--pool", default=str(SIM_POOL),
+                   help="a simulated pool's yaml (sim backend; default configs/pool/sim.yaml)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--seed", type=int, default=0, help="world and latency seed (sim backend)")

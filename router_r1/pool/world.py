@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # annotations only: the server imports this module
     from router_r1.pool.client import PoolClient
     from router_r1.pool.server import Backend
 
+SIM_POOL = Path(__file__).resolve().parents[2] / "configs" / "pool" / "sim.yaml"  # the default pool: simulated
 WORLD_STAGES = ("expert_ok", "expert_best", "decomposed")  # the stages only a world can judge
 ORACLE_KINDS = ("oracle", "oracle-hops")  # evaluation's baselines that route by the answer key
 
