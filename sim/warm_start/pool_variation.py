@@ -118,7 +118,7 @@ class Listing:
         return min(naming, key=lambda ln: ln.spec.price_out_per_m).spec
 
     def choices(self) -> dict[str, ModelSpec]:
-        """The oracle's specialist per domain (sim_oracle.Oracle's `specialist`)."""
+        """The oracle's specialist per domain (oracle.Oracle's `specialist`)."""
         return {d: self.choice(d) for d in DOMAINS}
 
 
@@ -190,7 +190,7 @@ class PoolVariation:
 
     def drill_rival(self, listing: Listing, rng: random.Random, domain: str, fails) -> Listing | None:
         """`listing` plus a rival line naming `domain`, cheaper than the listing's pick for each of its topics, under
-        a bank name for which `fails(name, spec)` (sim_oracle's fallback drill); None if no free name fails."""
+        a bank name for which `fails(name, spec)` (the fallback drill, listings.py); None if no free name fails."""
         spec = rng.choice([s for s in self.specialists if domain in strong_domains(s)])
         topics = strong_domains(spec) if rng.random() >= ONE_TOPIC else (domain,)
         taken = {normalize_name(ln.spec.name) for ln in listing.lines}
