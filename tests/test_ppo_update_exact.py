@@ -1,0 +1,124 @@
+"""The actor's update against an independent computation of its objective (issue 43: rule out a defect in the update).
+
+The worker's gradient on a fixed batch equals autograd of the clipped PPO surrogate written out here from the
+paper's formula (Schulman et al. 2017, eq. 7; token-mean over policy tokens, KL loss k3 as GRPO's), for GAE-style
+per-token advantages and GRPO's per-sequence ones; the importance ratio is exactly 1 on the first mini-batch of a
+step; advantages reach the loss only on the tokens the policy wrote."""
+import copy
+
+import pytest
+import torch
+
+from test_fsdp_workers import V, actor_config, grads_of, make_batch, with_old_log_probs
+from verl.algos.advantages import compute_grpo_advantages
+from verl.protocol import DataProto
+from verl.workers.actor import ActorWorker
+from verl.workers.fsdp import full_state_dict
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+PROMPT = 6  # make_batch's prompt length
+
+
+def actor(**kw):
+    w = ActorWorker(actor_config(**kw))
+    w.init_model()
+    return w
+
+
+def independent_loss(model, data: DataProto, temperature: float, clip: float, kl_coef: float = 0.0):
+    """The clipped surrogate, token-mean over policy tokens, from a plain forward (no worker code)."""
+    b = data.batch
+    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                   position_ids=b["position_ids"]).logits[:, PROMPT - 1:-1] / temperature  # (batch, resp, vocab)
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, b["responses"][..., None]).squeeze(-1)
+    mask = b["response_mask"].bool()
+    ratio = torch.exp(logp - b["old_log_probs"])
+    adv = b["advantages"]
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)  # (batch, resp)
+    loss = -surrogate[mask].mean()
+    if kl_coef:
+        d = b["ref_log_prob"] - logp  # k3 = exp(d) - d - 1 (Schulman's unbiased, non-negative estimator)
+        loss = loss + kl_coef * (torch.exp(d) - d - 1)[mask].mean()
+    return loss
+
+
+def reference_grads(worker_before, data, **kw):
+    model = copy.deepcopy(worker_before)
+    model.zero_grad(set_to_none=True)
+    independent_loss(model, data, **kw).backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def off_policy_batch(worker, seed, grpo: bool):
+    """A batch whose old log-probs differ from the current ones, so some ratios leave [0.8, 1.2] and clip."""
+    data = with_old_log_probs(worker, make_batch(n=8, seed=seed))
+    g = torch.Generator().manual_seed(seed)
+    mask = data.batch["response_mask"]
+    data.batch["old_log_probs"] = (data.batch["old_log_probs"] + 0.4 * torch.randn(mask.shape, generator=g)) * mask
+    data.batch["ref_log_prob"] = (data.batch["old_log_probs"] + 0.2 * torch.randn(mask.shape, generator=g)) * mask
+    if grpo:  # one score per episode, groups of 4 (two prompts)
+        scores = torch.tensor([1.0, 0.0, 0.0, 1.0, -1.0, 0.0, 1.0, 1.0])
+        data.batch["advantages"], _ = compute_grpo_advantages(scores, ["a"] * 4 + ["b"] * 4, mask)
+    return data
+
+
+@pytest.mark.parametrize("grpo,kl_coef,temperature", [(False, 0.0, 1.0), (False, 0.1, 0.7), (True, 0.1, 1.0)])
+def test_actor_gradient_equals_the_clipped_objective_computed_independently(grpo, kl_coef, temperature):
+    worker = actor(ppo_epochs=1, use_kl_loss=kl_coef > 0, kl_loss_coef=kl_coef, kl_loss_type="k3",
+                   ppo_micro_batch_size=3)  # micro-batches of 3, 3, 2 rows: the loop must reweight them
+    data = off_policy_batch(worker, seed=11, grpo=grpo)
+    data.meta["temperature"] = temperature
+    before = copy.deepcopy(worker.model)
+    want = reference_grads(before, data, temperature=temperature, clip=0.2, kl_coef=kl_coef)
+    metrics = worker.update_actor(data)
+    assert metrics["actor/pg_clipfrac"] > 0  # the clipped branch is exercised
+    got = grads_of(worker)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(logprob_chunk_size=None), dict(use_remove_padding=True, logprob_chunk_size=5),
+                                dict(max_tokens_per_micro_batch=20, log_prob_max_tokens_per_micro_batch=33)])
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_ratio_is_one_on_the_first_mini_batch(kw, temperature):
+    """Old log-probs (no-grad pass, eval mode) and the update's (grad pass, train mode) are the same numbers."""
+    worker = actor(ppo_epochs=1, ppo_mini_batch_size=4, **kw)
+    data = make_batch(n=8, seed=12)
+    data.meta["temperature"] = temperature
+    data = with_old_log_probs(worker, data)
+    first = data[list(range(4))]
+    first.meta.update(data.meta)
+    metrics = worker.update_actor(first)
+    assert abs(metrics["actor/ppo_kl"]) < 1e-6 and metrics["actor/pg_clipfrac"] == 0.0, metrics
+
+
+def test_advantages_reach_the_loss_only_on_policy_tokens():
+    """An advantage on an environment or padding token changes nothing; one on a policy token does."""
+    base = with_old_log_probs(actor(), make_batch(seed=13))
+    env_tokens = ~base.batch["response_mask"].bool()
+
+    def update(advantages):
+        w = actor()
+        d = DataProto.from_dict({**{k: v.clone() for k, v in base.batch.items()}, "advantages": advantages},
+                                meta=base.meta)
+        w.update_actor(d)
+        return full_state_dict(w.model)
+
+    plain = update(base.batch["advantages"])
+    on_env = base.batch["advantages"].clone()
+    on_env[env_tokens] = 100.0
+    moved = base.batch["advantages"].clone()
+    moved[~env_tokens] += 1.0
+    same, other = update(on_env), update(moved)
+    assert all(torch.equal(plain[k], same[k]) for k in plain)
+    assert any(not torch.allclose(plain[k], other[k]) for k in plain)
+
+
+def test_gap_diagnosis_labels_each_policy_token_by_where_it_stands():
+    from experiments.rl_warm_start.diagnose_gap import segment_at
+
+    text = "<think>geo</think>\n<search>GeoMind-3B: capital of Aploria?</search>\n<information>x</information><answer>"
+    cuts = {"<think>ge": "think", "<think>geo</think>\n": "glue", "<think>geo</think>\n<search>Geo": "name",
+            "<think>geo</think>\n<search>GeoMind-3B: cap": "query", text: "answer",
+            text.replace("<answer>", ""): "glue"}
+    assert {t: segment_at(t) for t in cuts} == cuts
