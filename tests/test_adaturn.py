@@ -17,8 +17,9 @@ from sim.world import SimWorld
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, budget_exhausted_message, budget_text
 from router_r1.reward.format import check_format
 from router_r1.router_env import RouterEnv, RouterEnvConfig
+from scripted import scripted
 from verl.trainer.dataset import PromptRow
-from verl.workers.rollout.base import GenOutput, SamplingParams
+from verl.workers.rollout.base import SamplingParams
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
 BIG = "Mixtral-8x22B-Instruct"
@@ -50,22 +51,15 @@ def env_for(tok, url, **cfg):
 
 def policy(tok, questions, log=None):
     """Route hop k after k observations; answer with gold when all hops are in, or when told to."""
-    def generate(prompts, sampling):
-        outs = []
-        for ids in prompts:
-            context = tok.decode(ids)
-            q = next(q for q in questions if f"Question: {q.question}" in context)
-            if log is not None:
-                log.append(context)
-            body = context.split(f"Question: {q.question}", 1)[1]
-            seen = body.count("<information>")
-            if BUDGET_EXHAUSTED_TEXT in body or seen >= len(q.hops):
-                text = f"<think>answer now</think><answer>{q.answers[0]}</answer>"
-            else:
-                text = f"<think>hop {seen}</think><search>{BIG}: {q.hops[seen].sub_question}</search>"
-            outs.append(GenOutput(tok(text, add_special_tokens=False)["input_ids"], "stop"))
-        return outs
-    return generate
+    def turn(q, context):
+        if log is not None:
+            log.append(context)
+        body = context.split(f"Question: {q.question}", 1)[1]
+        seen = body.count("<information>")
+        if BUDGET_EXHAUSTED_TEXT in body or seen >= len(q.hops):
+            return f"<think>answer now</think><answer>{q.answers[0]}</answer>"
+        return f"<think>hop {seen}</think><search>{BIG}: {q.hops[seen].sub_question}</search>"
+    return scripted(tok, questions, turn)
 
 
 def run(tok, url, questions, validate=True, seed=None, **cfg):

@@ -17,8 +17,9 @@ from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.score import compute_scores
 from router_r1.router_env import RouterEnv, RouterEnvConfig
 from router_r1.routing_collapse import by_source, collapse_metrics
+from scripted import scripted
 from verl.trainer.dataset import PromptRow
-from verl.workers.rollout.base import GenOutput, SamplingParams
+from verl.workers.rollout.base import SamplingParams
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
 BIG, CHEAP = "Mixtral-8x22B-Instruct", "LLaMA-3.1-8B-Instruct"
@@ -51,20 +52,13 @@ def rows_of(questions):
 def alpha_reader(tok, questions, seen):
     """Reads the cost weight from its prompt: under 0.5 it asks the dearest model, else a cheap one;
     after one reply it answers with the gold answer."""
-    def generate(prompts, sampling):
-        outs = []
-        for ids in prompts:
-            context = tok.decode(ids)
-            q = next(q for q in questions if f"Question: {q.question}" in context)
-            alpha = float(context.split("Cost weight for this question: ", 1)[1].split(" ", 1)[0])
-            seen[q.question] = alpha
-            if "<information>" in context.split(f"Question: {q.question}", 1)[1]:
-                text = f"<think>done</think><answer>{q.answers[0]}</answer>"
-            else:
-                text = f"<think>ask</think><search>{BIG if alpha < 0.5 else CHEAP}: {q.question}</search>"
-            outs.append(GenOutput(tok(text, add_special_tokens=False)["input_ids"], "stop"))
-        return outs
-    return generate
+    def turn(q, context):
+        alpha = float(context.split("Cost weight for this question: ", 1)[1].split(" ", 1)[0])
+        seen[q.question] = alpha
+        if "<information>" in context.split(f"Question: {q.question}", 1)[1]:
+            return f"<think>done</think><answer>{q.answers[0]}</answer>"
+        return f"<think>ask</think><search>{BIG if alpha < 0.5 else CHEAP}: {q.question}</search>"
+    return scripted(tok, questions, turn)
 
 
 def test_prompt_states_the_drawn_alpha_and_the_reward_uses_it(tok, server, questions):

@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.qa import SimConfig, build_sim
 from router_r1.eval.baselines import reply_answer
 from router_r1.eval.evaluate import (EvalConfig, EvalError, Policy, evaluate, find_data_files, load_policy,
                                      load_rows)
@@ -27,39 +26,27 @@ from router_r1.pool.registry import ModelRegistry
 from sim.backend import SimBackend
 from router_r1.pool.messages import submodel_messages
 from router_r1.reward.qa_em import em_score
-from tiny import tiny_model
+from sim_split import TEMPLATE, sim_test_split, tiny_checkpoint
 from verl.workers.rollout.base import GenOutput
 
 REPO = Path(__file__).resolve().parents[1]
 SIM = REPO / "configs" / "pool" / "sim.yaml"
 BIG, CHEAP = "Mixtral-8x22B-Instruct", "LLaMA-3.1-8B-Instruct"
-# A short template keeps the tiny model's prompts small; {budget} lets `direct` say "answer alone".
-TEMPLATE = "Route or answer.\n{budget}Question: {question}\n"
 NO_CONSULT = "you may not consult any model"
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    (root / "template.txt").write_text(TEMPLATE)
-    build_sim(SimConfig(out_dir=root, prompt_template=root / "template.txt", train_size=1, val_size=1,
-                        test_size=6, two_hop_frac=0.5))
-    frame = pd.read_parquet(root / "test.parquet")
+    path = sim_test_split(tmp_path_factory.mktemp("data"), test_size=6, two_hop_frac=0.5)
     truth = {r["extra_info"]["question"]: (list(r["reward_model"]["ground_truth"]["target"]), r["data_source"])
-             for r in frame.to_dict("records")}
+             for r in pd.read_parquet(path).to_dict("records")}
     assert {s for _, s in truth.values()} == {"sim_1hop", "sim_2hop"}
-    return root / "test.parquet", truth
+    return path, truth
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory, tok):
-    dirs = []
-    for seed in (0, 1):
-        d = tmp_path_factory.mktemp(f"ckpt{seed}")
-        tok.save_pretrained(d)
-        tiny_model(len(tok), seed=seed).save_pretrained(d)
-        dirs.append(d)
-    return dirs
+    return [tiny_checkpoint(tmp_path_factory.mktemp(f"ckpt{seed}"), tok, seed) for seed in (0, 1)]
 
 
 def backend():

@@ -10,6 +10,7 @@ import torch.multiprocessing as mp
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ragged import ragged_batch
 from tiny import tiny_tokenizer
 from verl.protocol import DataProto
 from verl.single_controller.base import collect, split_args
@@ -29,20 +30,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_batch(n=8, prompt_len=6, resp_len=8, seed=0, vocab=(3, V)):
-    """Left-padded prompts, right-padded responses with an <information> gap (response_mask 0)."""
-    g = torch.Generator().manual_seed(seed)
-    attn = torch.ones(n, prompt_len + resp_len, dtype=torch.long)
-    for i in range(n):
-        attn[i, : int(torch.randint(0, prompt_len - 1, (1,), generator=g))] = 0
-        attn[i, prompt_len + int(torch.randint(3, resp_len + 1, (1,), generator=g)) :] = 0
-    ids = torch.randint(vocab[0], vocab[1], attn.shape, generator=g) * attn
-    response_mask = attn[:, prompt_len:].clone()
-    response_mask[::2, 1:3] = 0  # environment tokens: attended, not trained
-    return DataProto.from_dict({
-        "input_ids": ids, "attention_mask": attn, "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
-        "responses": ids[:, prompt_len:], "response_mask": response_mask,
-        "advantages": torch.randn(n, resp_len, generator=g) * response_mask,
-    }, meta={"temperature": 1.0})
+    """Left-padded prompts, right-padded responses of 3 or more tokens with an <information> gap (response_mask 0)."""
+    return ragged_batch(n, prompt_len, resp_len, seed, vocab, min_response=3)
 
 
 def actor_config(**kw):

@@ -83,26 +83,12 @@ def test_update_weights_reaches_the_fused_matrices_and_the_tied_head(tok, family
 def test_actor_packed_log_probs_equal_the_padded_path(family):
     """The actor's packed rows + chunked head (use_remove_padding) against its padded full-vocab path,
     log-probs and entropies, and one LoRA-adapted update step on top (the q/k norms stay frozen)."""
+    from ragged import packed_matches_padded
     from test_update_efficiency import make_batch
-    from verl.workers.actor import ActorWorker
-    from verl.workers.config import worker_config
     from verl.workers.lora import LoraConfig
 
-    spec = dict(FAMILIES[family], vocab_size=80)
-
-    def actor(**kw):
-        w = ActorWorker(worker_config(model=spec, device="cpu", lr=1e-3, ppo_mini_batch_size=6, ppo_micro_batch_size=6,
-                                      lora=LoraConfig(rank=4), **kw))
-        w.init_model()
-        return w
-
     data = make_batch(seed=7)
-    data.meta.update(temperature=0.9, calculate_entropy=True)
-    ref = actor(logprob_chunk_size=None)
-    fast = actor(logprob_chunk_size=4, use_remove_padding=True, log_prob_max_tokens_per_micro_batch=200)
-    out_ref, out_fast = ref.compute_log_prob(data), fast.compute_log_prob(data)
-    for key in ("old_log_probs", "entropys"):
-        torch.testing.assert_close(out_fast.batch[key], out_ref.batch[key], atol=1e-5, rtol=1e-5)
-    data = data.union(out_ref)
+    data.meta["temperature"] = 0.9
+    ref, fast, data = packed_matches_padded(dict(FAMILIES[family], vocab_size=80), data, lora=LoraConfig(rank=4))
     a, b = ref.update_actor(data), fast.update_actor(data)
     assert a["actor/grad_norm"] == pytest.approx(b["actor/grad_norm"], rel=1e-4)

@@ -153,15 +153,11 @@ def test_an_evaluation_with_constrain_names_runs_the_constraint_through_the_hf_e
     import json
     from dataclasses import replace
 
-    from sim.qa import SimConfig, build_sim
     from router_r1.eval.evaluate import EvalConfig, evaluate
+    from sim_split import sim_test_split, tiny_checkpoint
 
-    (tmp_path / "template.txt").write_text("Route or answer.\n{budget}Question: {question}\n")
-    build_sim(SimConfig(out_dir=tmp_path, prompt_template=tmp_path / "template.txt", train_size=1, val_size=1,
-                        test_size=3))
-    ckpt = tmp_path / "ckpt"
-    tok.save_pretrained(ckpt)
-    tiny_model(len(tok), seed=0).save_pretrained(ckpt)
+    sim_test_split(tmp_path, test_size=3)
+    ckpt = tiny_checkpoint(tmp_path / "ckpt", tok)
     texts = {}
     for constrain in (False, True):
         loaded, seen = load_policy(ckpt, "cpu", constrain_names=constrain), []
@@ -184,17 +180,13 @@ def test_an_evaluation_with_constrain_names_runs_the_constraint_through_the_hf_e
 def test_the_cli_decodes_a_run_saved_with_constrain_names_on_the_hf_engine(tmp_path, tok, monkeypatch):
     """No flag: the checkpoint's run_config.yaml says env.constrain_names, and the CLI's loader reads the resolved
     settings (not the unset flag), so the policy is built for the constraint."""
-    from sim.qa import SimConfig, build_sim
     from router_r1.eval import evaluate as evaluate_module
+    from sim_split import sim_test_split, tiny_checkpoint
     from verl.trainer.main_ppo import load_config
     from verl.trainer.config import save_run_config
 
-    (tmp_path / "template.txt").write_text("Route or answer.\n{budget}Question: {question}\n")
-    build_sim(SimConfig(out_dir=tmp_path, prompt_template=tmp_path / "template.txt", train_size=1, val_size=1,
-                        test_size=2))
-    ckpt = tmp_path / "ckpt"
-    tok.save_pretrained(ckpt)
-    tiny_model(len(tok), seed=0).save_pretrained(ckpt)
+    sim_test_split(tmp_path, test_size=2)
+    ckpt = tiny_checkpoint(tmp_path / "ckpt", tok)
     save_run_config(load_config("embedded", ["env.constrain_names=true"]), ckpt)
     asked = []
 

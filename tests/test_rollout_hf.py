@@ -20,6 +20,14 @@ def prompts_of(tok, texts=TEXTS):
     return [tok.encode(t, add_special_tokens=False) for t in texts]
 
 
+def eos_and_stop(model, tok, prompts, n: int) -> tuple[int, SamplingParams]:
+    """An eos token from row 3's free greedy output, and greedy sampling of `n` tokens that stops at a string
+    from the middle of row 1's: rows then finish at different steps and for different reasons."""
+    free = HFRollout(model, tok, eos_token_ids=[]).generate(prompts, SamplingParams(greedy=True, max_new_tokens=n))
+    stop = tok.decode(free[1].token_ids[5:7])
+    return free[3].token_ids[4], SamplingParams(greedy=True, max_new_tokens=n, stop=(stop,))
+
+
 @torch.no_grad()
 def naive_greedy(model, prompt, n):
     """Recompute the whole unpadded sequence every step: no cache, no mask, no padding."""
@@ -50,12 +58,8 @@ def test_greedy_matches_naive_loop_with_left_padding(tok, kind):
 def test_batch_equals_one_by_one_with_rows_finishing_at_different_steps(tok):
     model = tiny_model(len(tok), seed=1)
     prompts = prompts_of(tok)
-    free = HFRollout(model, tok, eos_token_ids=[]).generate(prompts, SamplingParams(greedy=True, max_new_tokens=16))
-    # a stop string taken from the middle of row 1's output, an eos token from row 3's
-    stop = tok.decode(free[1].token_ids[5:7])
-    eos = free[3].token_ids[4]
+    eos, sp = eos_and_stop(model, tok, prompts, 16)
     roll = HFRollout(model, tok, eos_token_ids=[eos], max_batch_size=2)  # 3 chunks, sorted by length
-    sp = SamplingParams(greedy=True, max_new_tokens=16, stop=(stop,))
     batch = roll.generate(prompts, sp)
     single = [roll.generate([p], sp)[0] for p in prompts]
     assert batch == single
