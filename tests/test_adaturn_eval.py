@@ -1,8 +1,6 @@
-"""AdaTurn evaluation: evaluate/test.sh --budget, infer.py --budget, scripts/eval_budgets.py (real sim pool)."""
+"""AdaTurn evaluation: evaluate/test.sh --budget, infer.py --budget, tools/analysis/eval_budgets.py (real sim pool)."""
 import json
 import re
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,11 +12,8 @@ from router_r1.eval.evaluate import (EvalConfig, EvalError, Policy, evaluate, op
 from router_r1.eval.evaluate import main as evaluate_main
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, budget_text
 from router_r1.router_env import RouterEnvConfig
+from tools.analysis import eval_budgets
 from verl.workers.rollout.base import GenOutput, SamplingParams
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-import eval_budgets  # noqa: E402
 
 BIG, CHEAP = "Mixtral-8x22B-Instruct", "LLaMA-3.1-8B-Instruct"
 TEMPLATE = "Route or answer.\n{budget}Question: {question}\n"

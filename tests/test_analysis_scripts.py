@@ -1,5 +1,5 @@
-"""Smoke runs of the analysis scripts (scripts/) on the records under docs/results, as their run.sh files and READMEs call
-them, or on tiny data a test makes; each checks what the script printed or wrote."""
+"""Smoke runs of the tools (`python -m tools...`) and experiment summarizers on the records under docs/results, as
+the run scripts and READMEs call them, or on tiny data a test makes; each checks what the run printed or wrote."""
 import json
 import re
 import shutil
@@ -13,28 +13,28 @@ ROOT = Path(__file__).resolve().parents[1]
 EMB, ADA = ROOT / "docs/results/embedded_cpu", ROOT / "docs/results/adaturn_cpu"
 
 
-def script(name, *args):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / name), *map(str, args)], cwd=ROOT,
+def script(module, *args):
+    proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
 
 def test_plot_runs(tmp_path):
-    script("plot_runs.py", "--run", f"alpha 0={EMB / 'ppo_metrics.jsonl'}",
+    script("tools.analysis.plot_runs", "--run", f"alpha 0={EMB / 'ppo_metrics.jsonl'}",
            "--run", f"alpha 0.6={EMB / 'alpha06_ppo_metrics.jsonl'}", "--out", tmp_path / "c.png")
     assert (tmp_path / "c.png").stat().st_size > 10_000
 
 
 def test_eval_table():
-    out = script("eval_table.py", EMB / "eval_summary.json", EMB / "alpha06_eval_summary.json")
+    out = script("tools.analysis.eval_table", EMB / "eval_summary.json", EMB / "alpha06_eval_summary.json")
     rows = [line for line in out.splitlines() if line.startswith("|")]
     assert len(rows) >= 4 and "---" in rows[1]
 
 
 def test_adaturn_modes(tmp_path):
-    script("adaturn_modes.py", "--budgets", ADA / "budgets.json", "--metrics", f"forced={ADA / 'v2_grpo_metrics.jsonl'}",
-           "--out", tmp_path)
+    script("tools.analysis.adaturn_modes", "--budgets", ADA / "budgets.json",
+           "--metrics", f"forced={ADA / 'v2_grpo_metrics.jsonl'}", "--out", tmp_path)
     assert {"modes.json", "modes.png", "modes_curves.png"} <= {p.name for p in tmp_path.iterdir()}
 
 
@@ -50,7 +50,7 @@ def test_diagnose_failures(tmp_path):
         recs.append({**common, "run": "routed", "em": 1.0, "turns": turns})
     path = tmp_path / "trajectories.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    out = script("diagnose_failures.py", path)
+    out = script("tools.analysis.diagnose_failures", path)
     assert "== guess: 6 questions, EM 0.000" in out and "no_route 6" in out
     assert "won 6" in out and "EM difference +1.000" in out
 
@@ -66,7 +66,7 @@ def _eval_summary(wall_s: float, failed: int) -> dict:
 
 def test_pool_batching_table_on_the_record():
     """The README's table and reply check, from the summaries and trajectories kept in runs/."""
-    lines = script("pool_batching_table.py").splitlines()
+    lines = script("tools.analysis.pool_batching_table").splitlines()
     rows = {line.split()[0]: line.split() for line in lines[1:-1]}
     assert set(rows) == {p.name for p in POOL.iterdir()} and len(rows) == 6
     assert rows["before_patient"][1:4] == ["248.5", "60", "0"] and rows["after_patient"][1] == "129.4"
@@ -81,7 +81,7 @@ def test_pool_batching_table_counts_a_changed_reply(tmp_path):
         (tmp_path / run / "summary.json").write_text(json.dumps(_eval_summary(wall, failed)))
         (tmp_path / run / "trajectories.jsonl").write_text(
             "".join(json.dumps({"uid": f"q{i}", "turns": [{"information": r}]}) + "\n" for i, r in enumerate(replies)))
-    lines = script("pool_batching_table.py", tmp_path).splitlines()
+    lines = script("tools.analysis.pool_batching_table", tmp_path).splitlines()
     assert lines[1].split() == ["after_patient", "4.5", "2", "1", "deadline", "1", "1.5", "2.5", "0.250", "1.000"]
     assert lines[-1] == "before_patient vs after_patient: 2 of 3 pool replies identical"
 
@@ -90,7 +90,7 @@ def test_summarize_gemma_h200_reproduces_its_summary(tmp_path):
     """Run on a copy of the record's inputs: the tables it prints are the recorded summary.txt, and it draws the plot."""
     for name in ("ppo_alpha0_metrics.jsonl", "ppo_alpha0.6_metrics.jsonl", "eval_hf_trajectories.jsonl.gz"):
         shutil.copy(GEMMA / name, tmp_path / name)
-    out = script("summarize_gemma_h200.py", tmp_path).splitlines()
+    out = script("experiments.gemma_h200.summarize", tmp_path).splitlines()
     recorded = (GEMMA / "summary.txt").read_text().splitlines()
     assert out[:-1] == recorded[:-1] and "the 127 questions clean in every run" in "\n".join(out)
     assert (tmp_path / "val_curves.png").stat().st_size > 10_000
@@ -99,7 +99,7 @@ def test_summarize_gemma_h200_reproduces_its_summary(tmp_path):
 def test_diag_attention_kernels_on_cpu():
     """The tiny model on the CPU: the device's fp32 path is the reference itself, bf16 is close but not equal,
     kernels the CPU lacks are reported as refused, and greedy decoding in fp32 matches token for token."""
-    out = script("diag_attention_kernels.py", "--device", "cpu", "--tiny")
+    out = script("tools.check.diag_attention_kernels", "--device", "cpu", "--tiny")
     stats = {}
     for line in out.splitlines():
         m = re.match(r"(.+?)\s+max\|dlogit\|\s+(\S+)\s+mean KL (\S+)\s+argmax agree (\S+)", line)
@@ -117,7 +117,7 @@ def test_summarize_async_lora_ray_reproduces_the_record(tmp_path):
     rec = ROOT / "docs/results/h200/async_lora_ray"
     for phase in ("ppo", "ray", "streams"):
         shutil.copytree(rec / phase, tmp_path / phase)
-    out = script("summarize_async_lora_ray.py", tmp_path)
+    out = script("experiments.async_lora_ray.summarize", tmp_path)
     assert json.loads((tmp_path / "summary.json").read_text()) == json.loads((rec / "summary.json").read_text())
     assert "speedup ray_vs_single_process: 1.08x" in out
     assert {"step_time_parts.png", "training_curves.png"} <= {p.name for p in tmp_path.iterdir()}
@@ -129,7 +129,7 @@ def test_summarize_async_lora_ray_reproduces_the_record(tmp_path):
             r["timing/step"] *= 2  # Ray twice as slow per step
     with gzip.open(path, "wt") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    script("summarize_async_lora_ray.py", tmp_path)
+    script("experiments.async_lora_ray.summarize", tmp_path)
     ratio = json.loads((tmp_path / "summary.json").read_text())["speedup_median_step"]["ray_vs_single_process"]
     assert abs(ratio - 1.08 / 2) < 0.01
 
@@ -141,13 +141,13 @@ def test_check_slot_rollout_on_a_tiny_model(tmp_path):
     spec = {"model_type": "llama", "vocab_size": len(tiny_tokenizer()), "hidden_size": 32, "intermediate_size": 64,
             "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 512}
     (tmp_path / "m.json").write_text(json.dumps(spec))
-    out = script("check_slot_rollout.py", "--model", tmp_path / "m.json", "--tokenizer", "tiny", "--n", 4,
+    out = script("tools.check.check_slot_rollout", "--model", tmp_path / "m.json", "--tokenizer", "tiny", "--n", 4,
                  "--slots", 2, "--new-tokens", 8, "--device", "cpu")
     assert "8 of 8 turns decoded identically" in out
 
 
 def test_bench_rollout_schedule_prints_one_speedup_per_mode():
-    out = script("bench_rollout_schedule.py", "--batch", 4, "--repeats", 1, "--latency-scale", 0.05,
+    out = script("tools.bench.bench_rollout_schedule", "--batch", 4, "--repeats", 1, "--latency-scale", 0.05,
                  "--steps", 2, "--update-s", 0.05)
     speedups = re.findall(r"^speedup (\S+) vs sync: (\d+\.\d\d)x$", out, re.M)
     assert [m for m, _ in speedups] == ["overlap", "per-episode", "continuous", "streaming"]
@@ -157,7 +157,8 @@ def test_bench_rollout_schedule_prints_one_speedup_per_mode():
 
 def test_bench_stream_convoy_reports_each_state():
     """The benchmark runs the real streaming rollout and reports each state; the slowdowns are measurements."""
-    out = script("bench_stream_convoy.py", "--batch", 4, "--cycles", 1, "--window-s", 0.2, "--latency-scale", 0.05)
+    out = script("tools.bench.bench_stream_convoy", "--batch", 4, "--cycles", 1, "--window-s", 0.2,
+                 "--latency-scale", 0.05)
     assert re.findall(r"^(alone|decoding|paused) +[\d,]+ ops/s", out, re.M) == ["alone", "decoding", "paused"]
     assert "paused vs decoding, paired per cycle: median" in out
 
@@ -169,7 +170,7 @@ def test_summarize_streaming_reads_runs_and_compares_with_sync(tmp_path):
                  "reward/mean": 0.1 * k, "format_ok/mean": 0.5, "em/mean": 0.0} for k in range(1, 5)]
         (tmp_path / "a").mkdir(exist_ok=True)
         (tmp_path / "a" / f"{run}_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = script("summarize_streaming.py", tmp_path, "--gpus", 2)
+    out = script("experiments.streaming.summarize", tmp_path, "--gpus", 2)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["steps_per_hour_vs_sync"] == {"a/stream2x": 2.0, "a/sync": 1.0}
     fast = summary["runs"]["a/stream2x"]
@@ -182,7 +183,7 @@ def test_summarize_streaming_reads_runs_and_compares_with_sync(tmp_path):
 
 def test_bench_gil_convoy_prints_one_line_per_switch_interval():
     """The benchmark runs and reports each interval; how much slower is a measurement, not checked here."""
-    out = script("bench_gil_convoy.py", "--ops", 200, "--intervals", 0.001, 0.0005)
+    out = script("tools.bench.bench_gil_convoy", "--ops", 200, "--intervals", 0.001, 0.0005)
     lines = re.findall(r"^switch interval ([\d.]+) ms: 200 small ops alone [\d.]+ s, "
                        r"beside a Python thread [\d.]+ s \([\d.]+x slower\)$", out, re.M)
     assert lines == ["1.0", "0.5"]

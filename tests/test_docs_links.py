@@ -1,5 +1,5 @@
 """Every relative link in README.md and the docs/ pages points to a file (and heading) that exists, and every
-repo path a page names (docs/results/..., scripts/..., verl/..., ...) exists: moving, renaming or trimming a
+repo path a page names (docs/results/..., tools/..., verl/..., ...) exists: moving, renaming or trimming a
 file breaks this test."""
 import re
 from pathlib import Path
@@ -9,9 +9,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
-# a repo path named in prose or code spans (docs/results/..., scripts/..., verl/..., ...), up to a space, quote,
+# a repo path named in prose or code spans (docs/results/..., tools/..., verl/..., ...), up to a space, quote,
 # bracket or "::"; not one a command is told to write (--out PATH, > PATH)
-TOP = "docs|scripts|verl|router_r1|gramma|configs|tests|data_process"
+TOP = "docs|tools|verl|router_r1|gramma|configs|tests|data_process"
 NAMED = re.compile(rf"(?<![\w/.-])(?<!--out )(?<!--out=)(?<!> )((?:{TOP})/[\w./*-]*[\w*])")
 
 
@@ -69,12 +69,12 @@ def test_named_repo_paths_exist(page):
 def test_the_checker_sees_a_broken_link(tmp_path):
     """The checks above can fail: a page with a dead link, a dead anchor and a dead named path."""
     page = tmp_path / "p.md"
-    page.write_text("# Top\n[ok](#top) [gone](missing.md) [bad anchor](p.md#nowhere) `scripts/no_such.py`\n"
-                    "python scripts/x.py --out docs/results/new.json; see `verl/gone.py::f`\n")
+    page.write_text("# Top\n[ok](#top) [gone](missing.md) [bad anchor](p.md#nowhere) `tools/no_such.py`\n"
+                    "python tools/x.py --out docs/results/new.json; see `verl/gone.py::f`\n")
     found = [t for _, t in links(page)]
     assert found == ["#top", "missing.md", "p.md#nowhere"]
     assert anchors(page) == {"top"} and slug("Where we differ: the `reference`!") == "where-we-differ-the-reference"
-    assert [m.group(1) for m in NAMED.finditer(page.read_text())] == ["scripts/no_such.py", "scripts/x.py", "verl/gone.py"]
+    assert [m.group(1) for m in NAMED.finditer(page.read_text())] == ["tools/no_such.py", "tools/x.py", "verl/gone.py"]
 
 
 def test_ci_runs_the_test_command_the_readme_gives():

@@ -95,14 +95,9 @@ def test_a_tokenizer_that_splits_its_own_words_is_refused(written, monkeypatch):
 
 
 def test_save_gguf_tokenizer_writes_a_directory_that_loads_the_same(written, tmp_path, capsys):
-    import importlib.util
-    import os
+    from tools.convert import save_gguf_tokenizer as mod
 
     path, _, tok = written
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "save_gguf_tokenizer.py")
-    spec = importlib.util.spec_from_file_location("save_gguf_tokenizer", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     assert mod.main([str(path), str(tmp_path / "tok")]) == 0
     again = load_tokenizer(str(tmp_path / "tok"))
     for text in TEXTS:

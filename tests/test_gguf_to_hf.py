@@ -1,8 +1,5 @@
-"""scripts/gguf_to_hf.py: a GGUF file becomes a transformers directory with the same model and tokenizer."""
+"""tools/convert/gguf_to_hf.py: a GGUF file becomes a transformers directory with the same model and tokenizer."""
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,15 +7,7 @@ import torch
 pytest.importorskip("gguf")
 from gguf_tiny import write_llama_gguf  # noqa: E402
 from tiny import tiny_model, tiny_tokenizer  # noqa: E402
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gguf_to_hf.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("gguf_to_hf", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tools.convert import gguf_to_hf as script  # noqa: E402
 
 
 def test_a_gguf_becomes_a_directory_with_the_same_model_and_tokenizer(tmp_path, capsys):
@@ -27,7 +16,6 @@ def test_a_gguf_becomes_a_directory_with_the_same_model_and_tokenizer(tmp_path, 
     tok = tiny_tokenizer()
     model = tiny_model(len(tok), seed=5)
     write_llama_gguf(tmp_path / "m.gguf", model, tok)
-    script = _script()
     assert script.main([str(tmp_path / "m.gguf"), str(tmp_path / "hf")]) == 0
     assert "logits equal" in capsys.readouterr().out
     assert not (tmp_path / "hf" / "config.json").read_text().count("quantization_config")

@@ -255,15 +255,12 @@ def check_lora_dist_steps(tmp_path):
 
 
 def test_bench_update_compares_lora_with_full_fine_tuning(tmp_path, capsys):
-    """scripts/bench_update.py --lora-rank on the tiny Qwen3 shape: both runs finish on the same tokens;
+    """tools/bench/bench_update.py --lora-rank on the tiny Qwen3 shape: both runs finish on the same tokens;
     LoRA trains a fraction of the parameters and holds less training state (no base grads or Adam moments)."""
-    import importlib.util
     import json
 
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_update.py")
-    spec = importlib.util.spec_from_file_location("bench_update", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from tools.bench import bench_update as bench
+
     result = bench.main(["--tiny", "--shape", "tiny-qwen3", "--lora-rank", "4", "--out", str(tmp_path / "b.json")])
     full, lora = result["runs"]
     assert (full["name"], lora["name"]) == ("full", "lora r4")

@@ -1,12 +1,8 @@
-"""scripts/name_coverage.py counts test questions whose names the SFT data never shows."""
-import sys
-from pathlib import Path
-
+"""tools/analysis/name_coverage.py counts test questions whose names the SFT data never shows."""
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from name_coverage import coverage  # noqa: E402
+from tools.analysis.name_coverage import coverage
 
 
 def test_unseen_and_rare_names_are_counted():

@@ -1,7 +1,7 @@
 """StaticRollout (static KV cache, graph-ready decode step) against HFRollout and the model's distribution.
 
 On CPU the decode step runs eagerly; the CUDA-graph replay of the same step is checked on
-the GPU by scripts/bench_rollout.py (log-probs against a teacher-forced forward).
+the GPU by tools/bench/bench_rollout.py (log-probs against a teacher-forced forward).
 """
 import pytest
 import torch
@@ -199,22 +199,16 @@ def test_gemma3_sliding_window_decodes_as_the_full_forward(tok):
 
 
 def test_check_rollout_backends_script(tok, tmp_path, capsys):
-    """scripts/check_rollout_backends.py on a saved tiny Gemma 3 checkpoint: both backends agree."""
-    import importlib.util
-    import os
-
+    """tools/check/check_rollout_backends.py on a saved tiny Gemma 3 checkpoint: both backends agree."""
     import pandas as pd
+
+    from tools.check import check_rollout_backends as mod
 
     model = tiny_model(len(tok), kind="gemma3", seed=17)
     model.save_pretrained(tmp_path / "ckpt")
     tok.save_pretrained(tmp_path / "ckpt")
     texts = ("Who discovered Bririum?", "10:30", "Which river runs through the capital of Gordesh?")
     pd.DataFrame({"prompt": [[{"role": "user", "content": t}] for t in texts]}).to_parquet(tmp_path / "data.parquet")
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
-                          "check_rollout_backends.py")
-    spec = importlib.util.spec_from_file_location("check_rollout_backends", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     assert mod.main(["--model", str(tmp_path / "ckpt"), "--data", str(tmp_path / "data.parquet"),
                      "--new-tokens", "12", "--hf-batch", "2"]) == 0
     out = capsys.readouterr().out

@@ -5,7 +5,6 @@ import json
 import logging
 import threading
 from dataclasses import replace
-from pathlib import Path
 
 import openai
 import pytest
@@ -214,12 +213,8 @@ def test_calibrate_meets_a_target_or_says_it_cannot(ckpt, pool_server, val_file,
 
 
 def test_bench_serve_runs_and_agrees_with_the_evaluation_path(ckpt, val_file):
-    import importlib.util
+    from tools.bench import bench_serve
 
-    spec = importlib.util.spec_from_file_location("bench_serve", Path(__file__).resolve().parents[1] / "scripts"
-                                                  / "bench_serve.py")
-    bench_serve = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_serve)
     args = argparse.Namespace(checkpoint=str(ckpt), data=str(val_file), pool=None, clients=3, duration=30.0,
                               max_requests=6, limit=None, sim_latency=0.0, max_turns=None, max_obs_length=None,
                               response_length=None, max_response_length=None, out=None)

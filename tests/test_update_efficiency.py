@@ -1,5 +1,5 @@
 """Efficient updates: chunked log-probs, packing (padding removal), the no-grad budget, and
-that scripts/bench_update.py runs; every fast path is checked against the plain one."""
+that tools/bench/bench_update.py runs; every fast path is checked against the plain one."""
 import json
 import os
 import subprocess
@@ -228,7 +228,7 @@ def test_varlen_glue_matches_the_per_sequence_attention(monkeypatch, fake):
 # --------------------------------------------------------------- the benchmark
 def test_bench_update_tiny_runs(tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_update.py"), "--tiny", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "tools.bench.bench_update", "--tiny", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -246,7 +246,7 @@ def test_compiled_decoder_layers_give_the_eager_log_probs_and_gradients():
     the eager log-probs and gradients; switching back to eager really restores the plain call.
     Traced through dynamo + AOTAutograd with the aot_eager backend: inductor's CPU code generation
     for forward and backward takes minutes on 2 cores (its forward kernels are checked in
-    test_rollout_static; the GPU figures come from scripts/bench_update.py)."""
+    test_rollout_static; the GPU figures come from tools/bench/bench_update.py)."""
     data = make_batch(seed=5)
     assert all(layer._compiled_call_impl is not None for layer in actor(compile=True).model.model.layers)
     eager, fused = actor(use_remove_padding=True), actor(use_remove_padding=True)

@@ -83,7 +83,7 @@ def load_model_and_tokenizer(src, dtype: torch.dtype | None = None) -> tuple[Pre
             import gguf  # noqa: F401  (transformers reads .gguf files through it)
         except ImportError:
             raise ValueError(f"{src}: serving a .gguf file needs the gguf package: pip install -e '.[gguf]' "
-                             "(or a directory from scripts/gguf_to_hf.py)") from None
+                             "(or a directory from tools/convert/gguf_to_hf.py)") from None
         from verl.workers.model_loader import load_model
 
         tok = load_tokenizer(src)  # refuses a vocabulary transformers converted unsoundly

@@ -5,7 +5,7 @@ trainer_state.json. The controller writes `COMPLETE` last: a JSON manifest of ev
 file with its size and xxh3-128 digest. A save cut by a kill has no manifest; a file that
 was changed afterwards (a bit flip, a scaled tensor, a truncated copy) fails the digest
 even when its size is unchanged. xxh3 detects accidental damage, not tampering; it hashes
-~5x faster than sha256 here (scripts/bench_checksum.py measures both).
+~5x faster than sha256 here (tools/bench/bench_checksum.py measures both).
 """
 from __future__ import annotations
 

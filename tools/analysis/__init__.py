@@ -1,0 +1,1 @@
+"""Run analysis: evaluations, paired comparisons, tables and plots over finished runs."""

@@ -1,0 +1,1 @@
+"""Benchmarks: each prints its own timings (`python -m tools.bench.<file> --help`)."""

@@ -1,0 +1,211 @@
+"""Rollout throughput: StaticRollout (static cache + CUDA graphs) against transformers `generate`.
+
+Same random-init model, same prompts, side by side in one run; prints new tokens per second
+for each path and the ratio, then checks that the fast path samples from the same
+distribution: its returned log-probs against a teacher-forced forward of the HF model over
+the same tokens, and greedy agreement with the plain loop.
+
+    python -m tools.bench.bench_rollout --shape qwen2.5-3b --batch 64 256 --out results.json   # GPU
+    python -m tools.bench.bench_rollout --compile ...   # also StaticRollout with rollout.compile=true
+    python -m tools.bench.bench_rollout --tiny                                                 # CPU smoke
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from verl.workers.rollout.base import SamplingParams
+from verl.workers.rollout.hf_rollout import HFRollout
+from verl.workers.rollout.static_rollout import StaticRollout
+
+# Qwen2.5 shapes (hidden, layers, heads, kv heads, intermediate); vocab 151,936, tied embeddings
+SHAPES = {
+    "tiny": (64, 2, 4, 2, 128),
+    "qwen2.5-0.5b": (896, 24, 14, 2, 4864),
+    "qwen2.5-3b": (2048, 36, 16, 2, 11008),
+}
+
+
+class _Tok:
+    """Just enough tokenizer for the decode loops: the benchmark uses no stop strings."""
+    pad_token_id, eos_token_id = 0, None
+
+    def decode(self, ids, **kw):
+        return " ".join(map(str, ids))
+
+
+def build(shape: str, device: str, dtype: torch.dtype) -> Qwen2ForCausalLM:
+    hidden, layers, heads, kv, inter = SHAPES[shape]
+    vocab = 512 if shape == "tiny" else 151936
+    cfg = Qwen2Config(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=kv, intermediate_size=inter, tie_word_embeddings=True,
+                      max_position_embeddings=4096, use_sliding_window=False, eos_token_id=None,
+                      attn_implementation="sdpa")
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(cfg).to(dtype)
+    model.generation_config.eos_token_id = None  # run every row the full length
+    model.generation_config.pad_token_id = 0
+    return model.eval()
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str) -> float:
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def hf_generate(model, prompts: list[list[int]], new: int):
+    """The reference path: transformers `generate` with its default (dynamic) cache, sampling at T=1."""
+    ids = torch.tensor(prompts, device=model.device)  # equal lengths: no padding needed
+    return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                          top_p=1.0, top_k=0, max_new_tokens=new, min_new_tokens=new)
+
+
+@torch.no_grad()
+def teacher_forced_logprobs(model, prompt: list[int], generated: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt + generated], device=model.device)
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()  # (len(generated), vocab)
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(generated, device=model.device)[:, None])[:, 0]
+
+
+def profile(fast: StaticRollout, prompts, sp: SamplingParams, device: str, kernels: bool) -> dict:
+    """Where the time of one call goes: prefill, one replayed decode step, and (kernels) the top kernels."""
+    with torch.inference_mode():
+        fast._prefill(prompts, len(prompts[0]))  # warm (a compiled prefill compiles here)
+        t_pre = timed(lambda: fast._prefill(prompts, len(prompts[0])), device)
+        step = fast._step_fn(len(prompts), fast.max_model_len - fast.bucket, sp)
+        t_step = timed(lambda: [step() for _ in range(32)], device) / 32
+    print(f"  prefill {t_pre * 1e3:.1f} ms; decode step {t_step * 1e3:.2f} ms "
+          f"(x{sp.max_new_tokens} = {t_step * sp.max_new_tokens:.2f} s)", flush=True)
+    if kernels:
+        print_top_kernels(fast, prompts, sp, device)
+    return {"prefill_s": t_pre, "decode_step_s": t_step}
+
+
+def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: str) -> None:
+    """The most expensive kernels of one prefill and of one decode step, both launched eagerly.
+
+    A replayed CUDA graph hides its kernels from the profiler, so the step runs once outside the
+    graph here: the same kernels (compiled ones included), each with its own launch."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    sort = "cuda_time_total" if device == "cuda" else "cpu_time_total"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch.inference_mode():
+        with torch_profile(activities=acts) as prof:
+            fast._prefill(prompts, len(prompts[0]))
+            sync(device)
+        print("prefill kernels:\n" + prof.key_averages().table(sort_by=sort, row_limit=20), flush=True)
+        span = fast.max_model_len - fast.bucket
+        fast._decode_step(len(prompts), span, sp)  # warm: compiled kernels exist
+        sync(device)
+        with torch_profile(activities=acts) as prof:
+            fast._decode_step(len(prompts), span, sp)
+            sync(device)
+        events = [e for e in prof.key_averages() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
+        n_kernels = sum(e.count for e in events)
+        print(f"decode step kernels: {n_kernels} launches, "
+              f"{sum(e.self_device_time_total for e in events) / 1e3:.2f} ms of kernel time\n"
+              + prof.key_averages().table(sort_by=sort, row_limit=25), flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES),
+                   help="model shapes to time")
+    p.add_argument("--batch", nargs="+", type=int, default=[64, 256], help="batch sizes to time")
+    p.add_argument("--prompt-len", type=int, default=512, help="prompt tokens per row")
+    p.add_argument("--new-tokens", type=int, default=256, help="tokens generated per row")
+    p.add_argument("--skip-loop", action="store_true", help="do not time the plain HFRollout loop")
+    p.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny shape, small batch")
+    p.add_argument("--profile", action="store_true", help="time prefill and one decode step; top CUDA kernels")
+    p.add_argument("--kernels", action="store_true", help="with --profile: top kernels of a prefill and a step")
+    p.add_argument("--compile", action="store_true", help="also time StaticRollout(compile=True) (rollout.compile)")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    args = p.parse_args()
+    if args.tiny:
+        args.shape, args.batch, args.prompt_len, args.new_tokens = ["tiny"], [4], 16, 8
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    results = []
+    for shape in args.shape:
+        model = build(shape, device, dtype)
+        vocab = model.config.vocab_size
+        opts = dict(device=device, max_batch_size=max(args.batch), eos_token_ids=[],
+                    max_model_len=args.prompt_len + args.new_tokens + StaticRollout.bucket)
+        fasts = {"static": StaticRollout(model, _Tok(), **opts)}
+        if args.compile:
+            fasts["compiled"] = StaticRollout(model, _Tok(), compile=True, **opts)
+        loop = HFRollout(model, _Tok(), device=device, max_batch_size=max(args.batch), eos_token_ids=[])
+        sp = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
+        for batch in args.batch:
+            g = torch.Generator().manual_seed(batch)
+            prompts = torch.randint(1, vocab, (batch, args.prompt_len), generator=g).tolist()
+            new_tokens = batch * args.new_tokens
+            row = {"shape": shape, "batch": batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens}
+            for name, fast in fasts.items():
+                row[f"{name}_first_call_s"] = timed(lambda: fast.generate(prompts, sp), device)  # graphs, compile
+                row[f"{name}_s"] = timed(lambda: fast.generate(prompts, sp), device)
+            t_ref = timed(lambda: hf_generate(model, prompts, args.new_tokens), device)
+            t_loop = None if args.skip_loop else timed(lambda: loop.generate(prompts, sp), device)
+            row.update(hf_generate_tok_s=new_tokens / t_ref, hf_loop_tok_s=None if t_loop is None else new_tokens / t_loop)
+            line = f"{shape:13s} batch {batch:4d}: generate {new_tokens / t_ref:9.0f} tok/s |"
+            if t_loop is not None:
+                line += f"  plain loop {new_tokens / t_loop:9.0f} tok/s |"
+            for name in fasts:
+                row[f"{name}_tok_s"] = new_tokens / row[f"{name}_s"]
+                row[f"{name}_speedup_vs_generate"] = t_ref / row[f"{name}_s"]
+                line += (f"  {name} {row[f'{name}_tok_s']:9.0f} tok/s x{row[f'{name}_speedup_vs_generate']:.1f}"
+                         f" (first call {row[f'{name}_first_call_s']:.1f} s) |")
+            results.append(row)
+            print(line, flush=True)
+        if args.profile:
+            for i, (name, fast) in enumerate(fasts.items()):
+                print(f"{shape} {name}, batch {len(prompts)}:", flush=True)
+                results.append({"shape": shape, "variant": name, "batch": len(prompts),
+                                **profile(fast, prompts, sp, device, kernels=args.kernels and name != "static")})
+        # same distribution: returned log-probs vs a teacher-forced forward; greedy vs the plain loop
+        g = torch.Generator().manual_seed(1)
+        prompts = torch.randint(1, vocab, (8, args.prompt_len), generator=g).tolist()
+        greedy = SamplingParams(greedy=True, max_new_tokens=64)
+        b = loop.generate(prompts, greedy)
+        for name, fast in fasts.items():
+            outs = fast.generate(prompts, SamplingParams(max_new_tokens=64, seed=3, return_logprobs=True))
+            diffs = torch.cat([(torch.tensor(o.logprobs, device=device) - teacher_forced_logprobs(model, pr, o.token_ids)).abs()
+                               for pr, o in zip(prompts, outs)])
+            a = fast.generate(prompts, greedy)
+            agree = sum(x == y for oa, ob in zip(a, b) for x, y in zip(oa.token_ids, ob.token_ids)) / (8 * 64)
+            first_split = [next((i for i, (x, y) in enumerate(zip(oa.token_ids, ob.token_ids)) if x != y), 64)
+                           for oa, ob in zip(a, b)]
+            check = {"shape": shape, "variant": name, "logprob_abs_diff_max": float(diffs.max()),
+                     "logprob_abs_diff_mean": float(diffs.mean()), "greedy_token_agreement": agree,
+                     "greedy_first_divergence": first_split}
+            results.append(check)
+            print(f"{shape:13s} {name} check: |logprob - teacher forced| max {check['logprob_abs_diff_max']:.4f} "
+                  f"mean {check['logprob_abs_diff_mean']:.5f}; greedy tokens equal to the plain loop {agree:.3f} "
+                  f"(first divergence per row {first_split})", flush=True)
+        model = fasts = fast = loop = None  # free the GPU before the next shape
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        # The compiled functions are shared by every StaticRollout: without a reset the next shape
+        # recompiles them with dynamic sizes (slower kernels than a run of that shape alone).
+        torch._dynamo.reset()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                       "torch": torch.__version__, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

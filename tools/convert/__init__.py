@@ -1,0 +1,1 @@
+"""Model conversion: GGUF checkpoints and tokenizers to Hugging Face folders."""
