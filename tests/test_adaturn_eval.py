@@ -6,28 +6,23 @@ import pandas as pd
 import pytest
 
 import infer
-from sim.qa import SimConfig, build_sim
 from router_r1.eval.evaluate import (EvalConfig, EvalError, Policy, evaluate, open_pool, parse_args,
                                      with_training_shape)
 from router_r1.eval.evaluate import main as evaluate_main
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, budget_text
 from router_r1.router_env import RouterEnvConfig
+from sim_split import TEMPLATE, sim_test_split
 from tools.analysis import eval_budgets
 from verl.workers.rollout.base import GenOutput, SamplingParams
 
 BIG, CHEAP = "Mixtral-8x22B-Instruct", "LLaMA-3.1-8B-Instruct"
-TEMPLATE = "Route or answer.\n{budget}Question: {question}\n"
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    (root / "template.txt").write_text(TEMPLATE)
-    build_sim(SimConfig(out_dir=root, prompt_template=root / "template.txt", train_size=1, val_size=1,
-                        test_size=6, two_hop_frac=0.5))
-    frame = pd.read_parquet(root / "test.parquet")
-    return root / "test.parquet", {r["extra_info"]["question"]: list(r["reward_model"]["ground_truth"]["target"])
-                                   for r in frame.to_dict("records")}
+    path = sim_test_split(tmp_path_factory.mktemp("data"), test_size=6, two_hop_frac=0.5)
+    return path, {r["extra_info"]["question"]: list(r["reward_model"]["ground_truth"]["target"])
+                  for r in pd.read_parquet(path).to_dict("records")}
 
 
 class TwoCalls:

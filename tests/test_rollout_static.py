@@ -6,7 +6,7 @@ the GPU by tools/bench/bench_rollout.py (log-probs against a teacher-forced forw
 import pytest
 import torch
 
-from test_rollout_hf import _chi_square_ok, naive_greedy, prompts_of
+from test_rollout_hf import _chi_square_ok, eos_and_stop, naive_greedy, prompts_of
 from tiny import tiny_model
 from verl.workers.rollout import SamplingParams, build_rollout
 from verl.workers.rollout.hf_rollout import HFRollout
@@ -41,10 +41,7 @@ def test_greedy_tokens_and_logprobs_match_hf_rollout(tok, kind, extra):
 def test_stops_eos_and_reuse_of_the_cache_match_hf_rollout(tok):
     model = tiny_model(len(tok), seed=12)
     prompts = prompts_of(tok)
-    free = HFRollout(model, tok, eos_token_ids=[]).generate(prompts, SamplingParams(greedy=True, max_new_tokens=20))
-    stop = tok.decode(free[1].token_ids[5:7])
-    eos = free[3].token_ids[4]
-    sp = SamplingParams(greedy=True, max_new_tokens=20, stop=(stop,))
+    eos, sp = eos_and_stop(model, tok, prompts, 20)
     ref = HFRollout(model, tok, eos_token_ids=[eos]).generate(prompts, sp)
     fast = StaticRollout(model, tok, eos_token_ids=[eos], max_batch_size=2, max_model_len=64, chunk=4)
     first = fast.generate(prompts, sp)  # 3 chunks of rows through the same cache

@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
+from ragged import ragged_batch
 from verl.algos.logprob import chunked_logprobs
-from verl.protocol import DataProto
 from verl.workers.actor import ActorWorker
 from verl.workers.config import worker_config
 from verl.workers.critic import CriticWorker
@@ -28,19 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def make_batch(n=6, prompt_len=7, resp_len=9, seed=0):
     """Left-padded prompts and right-padded responses of different lengths (our DataProto layout)."""
-    g = torch.Generator().manual_seed(seed)
-    attn = torch.ones(n, prompt_len + resp_len, dtype=torch.long)
-    for i in range(n):
-        attn[i, : int(torch.randint(0, prompt_len - 1, (1,), generator=g))] = 0
-        attn[i, prompt_len + int(torch.randint(1, resp_len + 1, (1,), generator=g)) :] = 0
-    ids = torch.randint(3, V, attn.shape, generator=g) * attn
-    response_mask = attn[:, prompt_len:].clone()
-    response_mask[::2, 1:3] = 0  # environment tokens: attended, not trained
-    return DataProto.from_dict({
-        "input_ids": ids, "attention_mask": attn, "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
-        "responses": ids[:, prompt_len:], "response_mask": response_mask,
-        "advantages": torch.randn(n, resp_len, generator=g) * response_mask,
-    }, meta={"temperature": 1.0})
+    return ragged_batch(n, prompt_len, resp_len, seed, vocab=(3, V), min_response=1)
 
 
 def actor(**kw):
