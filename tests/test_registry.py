@@ -70,12 +70,18 @@ def test_base_url_override_and_key_from_env(monkeypatch):
     ({"models": [{"name": "A:1", "api_id": "a", "price_out_per_m": 1}]}, "colon"),
 ])
 def test_bad_pool_files_name_the_field(tmp_path, doc, needle):
+    assert needle in pool_error(tmp_path, doc)
+
+
+def pool_error(tmp_path, doc: dict) -> str:
+    """The RegistryError of a pool file holding `doc`, which must name the file."""
     import yaml
     path = tmp_path / "pool.yaml"
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(RegistryError) as err:
         ModelRegistry.from_yaml(path)
-    assert str(path) in str(err.value) and needle in str(err.value)
+    assert str(path) in str(err.value)
+    return str(err.value)
 
 
 def test_missing_file_is_a_clear_error(tmp_path):

@@ -22,11 +22,16 @@ SMALL = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "nu
          "tie_word_embeddings": True}
 
 
+def oracle_rows(out, seed: int, vocab_size: int):
+    """Forty noisy oracle trajectories (oracle.parquet) and their BPE tokenizer, written to `out` by the warm start."""
+    assert oracle_main(["--out-dir", str(out), "--n", "40", "--noise", "0.2", "--seed", str(seed),
+                        "--vocab-size", str(vocab_size)]) == 0
+    return out
+
+
 @pytest.fixture(scope="module")
 def oracle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("oracle")
-    assert oracle_main(["--out-dir", str(out), "--n", "40", "--noise", "0.2", "--seed", "1", "--vocab-size", "500"]) == 0
-    return out
+    return oracle_rows(tmp_path_factory.mktemp("oracle"), seed=1, vocab_size=500)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from sim.warm_start.cli import main as oracle_main
+from test_sft import oracle_rows
 from verl.algos.losses import token_nll
 from verl.algos.masked import masked_mean
 from verl.trainer.main_ppo import load_config, resolve_total_steps, run
@@ -29,9 +29,7 @@ SMALL = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num
 
 @pytest.fixture(scope="module")
 def oracle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("oracle")
-    assert oracle_main(["--out-dir", str(out), "--n", "40", "--noise", "0.2", "--seed", "3", "--vocab-size", "400"]) == 0
-    return out
+    return oracle_rows(tmp_path_factory.mktemp("oracle"), seed=3, vocab_size=400)
 
 
 def old_sft_train(data, tokenizer_dir, model_spec, steps_cap, epochs, lr, min_lr_ratio, warmup_ratio, batch_size,

@@ -7,6 +7,7 @@ import yaml
 from router_r1.pool.preflight import pool_problems
 from router_r1.pool.registry import ModelRegistry, RegistryError
 from router_r1.pool.world import answer_key, load_world, world_of
+from test_registry import pool_error
 
 POOLS = Path(__file__).resolve().parents[1] / "configs" / "pool"
 ONE = {"name": "A", "api_id": "a", "price_out_per_m": 1.0}
@@ -36,11 +37,7 @@ def test_the_answer_key_covers_the_pool_s_models_in_the_seed_s_world():
     ({"models": [ONE], "world": ["sim"]}, "world must be a module name"),
 ])
 def test_a_bad_top_level_key_is_named(tmp_path, doc, needle):
-    path = tmp_path / "pool.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    with pytest.raises(RegistryError) as err:
-        ModelRegistry.from_yaml(path)
-    assert str(path) in str(err.value) and needle in str(err.value)
+    assert needle in pool_error(tmp_path, doc)
 
 
 def test_a_world_that_cannot_serve_is_named_with_its_pool_file():
