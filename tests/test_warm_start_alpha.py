@@ -1,5 +1,6 @@
-"""Alpha-conditioned oracle data (issue 31; sim/warm_start/alpha.py): each row's route is the plan of highest expected reward at its alpha,
-its prompt states that alpha as the environment renders it, and routes only get cheaper as alpha grows."""
+"""Alpha-conditioned oracle data (issue 31, sim/warm_start/alpha.py): each row's route is the plan of highest
+expected reward at its alpha, its prompt states that alpha as the environment renders it, and routes only get
+cheaper as alpha grows."""
 import random
 import re
 
@@ -127,7 +128,8 @@ def test_plan_value_is_the_training_reward(oracle):
 def test_bad_input_is_named(tmp_path, capsys):
     with pytest.raises(ValueError, match="--alphas"):
         build_rows(recipe(out_dir=tmp_path, n=5, alphas=[0.2, 1.5]), DEFAULT_POOL)
-    assert main(["--out-dir", str(tmp_path), *FLAGS, "--n", "5", "--no-tokenizer", "--cost-window", "3e-6", "1e-6"]) == 1
+    assert main(["--out-dir", str(tmp_path), *FLAGS, "--n", "5", "--no-tokenizer", "--cost-window", "3e-6",
+                 "1e-6"]) == 1
     assert "--cost-window must be 0 <= LOW < HIGH" in capsys.readouterr().err
 
 
@@ -240,8 +242,9 @@ def test_think_alpha_at_start_opens_each_decision_with_the_weight_and_moves_noth
             moved += s["response_text"] != p["response_text"]
         assert s["response_text"].replace(weight, "") == p["response_text"].replace(weight, ""), s["uid"]
     assert opened >= 60 and moved >= 30  # "A science fact. Cost weight 0.3. Ask" became "Cost weight 0.3. A science ..."
-    assert parse_args(["--out-dir", "x", *FLAGS, "--think-alpha", "--think-alpha-at", "start"]).per_alpha.think_alpha_at == "start"
-    assert parse_args(["--out-dir", "x", *FLAGS, "--think-alpha"]).per_alpha.think_alpha_at == "pick"
+    flags = ["--out-dir", "x", *FLAGS, "--think-alpha"]
+    assert parse_args([*flags, "--think-alpha-at", "start"]).per_alpha.think_alpha_at == "start"
+    assert parse_args(flags).per_alpha.think_alpha_at == "pick"
     with pytest.raises(ValueError, match=r"--think-alpha-at start places the restated weight: it needs --think-alpha"):
         build_rows(recipe(out_dir=tmp_path, n=8, think_alpha_at="start"), DEFAULT_POOL)
     with pytest.raises(ValueError, match=r"--think-alpha-at must be one of pick, start, got 'end'"):

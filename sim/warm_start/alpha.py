@@ -65,12 +65,15 @@ class PerAlphaRoutes:
         if any(not 0.0 <= a <= 1.0 for a in self.alphas):
             raise ValueError(f"--alphas must be numbers in [0, 1], got {self.alphas}")
         if self.think_alpha_at not in THINK_ALPHA_AT:
-            raise ValueError(f"--think-alpha-at must be one of {', '.join(THINK_ALPHA_AT)}, got {self.think_alpha_at!r}")
+            raise ValueError(f"--think-alpha-at must be one of {', '.join(THINK_ALPHA_AT)}, "
+                             f"got {self.think_alpha_at!r}")
         if self.think_alpha_at != "pick" and not self.think_alpha:
-            raise ValueError(f"--think-alpha-at {self.think_alpha_at} places the restated weight: it needs --think-alpha")
+            raise ValueError(f"--think-alpha-at {self.think_alpha_at} places the restated weight: "
+                             "it needs --think-alpha")
         if self.cost_window is not None:
             if len(self.cost_window) != 2 or not 0 <= self.cost_window[0] < self.cost_window[1]:
-                raise ValueError(f"--cost-window must be 0 <= LOW < HIGH (USD), got {' '.join(map(str, self.cost_window))}")
+                got = " ".join(map(str, self.cost_window))
+                raise ValueError(f"--cost-window must be 0 <= LOW < HIGH (USD), got {got}")
         unset = self.each_alpha or self.think_alpha or not self.alpha_text or self.cost_window is not None
         if unset and not self.alphas:
             raise ValueError("--each-alpha, --think-alpha, --no-alpha-text and --cost-window shape per-alpha routes: "
@@ -267,7 +270,8 @@ class AlphaRoutes(Routes):
 
     def report(self, rows: list[dict], line) -> tuple[list[str], list[str]]:
         """Per alpha; at the end, how the first plans of a sample of questions shift with alpha."""
-        groups = [line(f"alpha {a:g}", [r for r in rows if r["alpha"] == a]) for a in sorted({r["alpha"] for r in rows})]
+        alphas = sorted({r["alpha"] for r in rows})
+        groups = [line(f"alpha {a:g}", [r for r in rows if r["alpha"] == a]) for a in alphas]
         cfg = self.ctx.cfg
         sample = self.oracle.world.questions(min(cfg.n, 500), cfg.seed, "train", cfg.two_hop_frac)
         grid = sorted({0.0, *self.spec.alphas, *[k / 10 for k in range(11)]})

@@ -188,7 +188,8 @@ def build_rows(recipe, template_path: str | Path) -> Built:
         routed = routes.route(q, mode, rng, state)
         traj = routed.traj
         renamed, question, segments, answers, answer = renamer(q.question, traj.segments, list(q.answers), traj.answer)
-        prompt = build_router_prompt(question, routed.registry, routed.template or template, **routes.prompt_args(state))
+        prompt = build_router_prompt(question, routed.registry, routed.template or template,
+                                     **routes.prompt_args(state))
         row = {
             "data_source": source, "uid": f"{source}-oracle-{index}", "prompt": prompt,
             "response_text": "".join(seg["text"] for seg in segments), "segments": segments, "answers": answers,

@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     except (DataBuildError, TemplateError, RegistryError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {written['oracle']}: {written['rows']} rows ({written['data_s']:.1f}s); template {written['template']}")
+    print(f"wrote {written['oracle']}: {written['rows']} rows ({written['data_s']:.1f}s); "
+          f"template {written['template']}")
     if "tokenizer" in written:
         print(f"wrote {written['tokenizer']} and {written['model']} ({written['tokenizer_s']:.1f}s)")
     if "report" in written:

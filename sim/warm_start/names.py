@@ -36,7 +36,8 @@ class Names:
 
     def check(self, recipe) -> None:
         if self.rename and recipe.turn_budgets.on:
-            raise ValueError("--rename: the turn-budget rows keep their questions' names (drop --rename with --budgets)")
+            raise ValueError("--rename: the turn-budget rows keep their questions' names "
+                             "(drop --rename with --budgets)")
 
     def renamer(self, world: SimWorld, template_path: str | Path, seed: int) -> "Renamer":
         return Renamer(world, template_path, self.rename, seed)
