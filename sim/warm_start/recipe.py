@@ -165,8 +165,11 @@ def load_sections(path: str | Path) -> dict[str, dict]:
                     raise RecipeError(f"{path}: {key}.{name} is not a field of {key} (its fields: {', '.join(names)})")
                 sections.setdefault(key, {})[name] = _typed(v, hints[name], f"{path}: {key}.{name}")
         elif OWNER.get(key) == "build":
-            sections.setdefault("build", {})[key] = _typed(value, typing.get_type_hints(BuildConfig)[key],
-                                                           f"{path}: {key}")
+            value = _typed(value, typing.get_type_hints(BuildConfig)[key], f"{path}: {key}")
+            if key in ("pool", "prompt_template") and value and not Path(value).exists() \
+                    and (REPO_ROOT / value).exists():  # a recipe's paths are the repository's, wherever it runs
+                value = str(REPO_ROOT / value)
+            sections.setdefault("build", {})[key] = value
         else:
             hint = f" (it belongs in the {OWNER[key]} section)" if key in OWNER else ""
             raise RecipeError(f"{path}: unknown key {key!r}{hint}; a recipe takes the builder's settings "
@@ -175,10 +178,14 @@ def load_sections(path: str | Path) -> dict[str, dict]:
     return sections
 
 
-def parser(prog: str = "python -m sim.warm_start", description: str = "") -> argparse.ArgumentParser:
+def parser(prog: str = "python -m sim.warm_start") -> argparse.ArgumentParser:
     """--recipe, then one flag per field of the builder and of each augmentation; a flag not given keeps the
     recipe's value (a bool's flag has its opposite too: --no-whole-names undoes a recipe's whole_names)."""
-    p = argparse.ArgumentParser(prog=prog, description=description)
+    p = argparse.ArgumentParser(
+        prog=prog, description="Oracle trajectories on the simulated world (the router's supervised warm start), "
+        "written to OUT_DIR: oracle.parquet, prompt_template.txt, the tokenizer and model.json.",
+        epilog="A flag overrides the recipe's value; each on/off flag has its opposite (--no-whole-names, "
+        "--no-each-alpha, --tokenizer, ...) to undo a recipe's. Recipes: configs/recipes/.")
     p.add_argument("--recipe", metavar="YAML", help="the recipe (a yaml, or NAME for configs/recipes/NAME.yaml) whose "
                    "values the flags override (default: none, every augmentation off)")
     add_flags(p, BuildConfig)
