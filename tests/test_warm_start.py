@@ -1,8 +1,8 @@
 """The warm-start builder (sim/warm_start/): recipes, their flags, and rows pinned to the builders it replaced.
 
 The pins are sha256 prefixes of a 40-row build's rows (as JSON, keys sorted), one per recipe. They were equal to the
-rows of data_process/sim_oracle.py, sim_oracle_alpha.py and sim_oracle_budget.py at commit 3f5e27c with the
-recipes' flags, so a drift in the oracle, an augmentation, the world or the prompt fails here. A change that means to
+rows of the three oracle builders this package replaced (data_process/, commit 3f5e27c) given the recipes' flags, so
+a drift in the oracle, an augmentation, the world or the prompt fails here. A change that means to
 alter the rows updates the pin and says why.
 """
 import dataclasses
