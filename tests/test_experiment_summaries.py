@@ -38,8 +38,8 @@ def test_gemma_unseen_summary_reproduces_table_and_summary(tmp_path):
 
 def test_rollout_schedule_summary_reproduces_the_cpu_record(tmp_path):
     metrics = OFFPOLICY / "offpolicy_cpu"
-    out = run("experiments.rollout_schedule.summarize", metrics / "metrics_on_policy.jsonl",
-              metrics / "metrics_off_policy.jsonl", "--plot", tmp_path / "offpolicy.png")
+    on, off = (next(metrics.glob(f"metrics_{k}_policy.jsonl*")) for k in ("on", "off"))  # plain or gzipped
+    out = run("experiments.rollout_schedule.summarize", on, off, "--plot", tmp_path / "offpolicy.png")
     recorded = (OFFPOLICY / "offpolicy_cpu.txt").read_text().splitlines()
     assert out.splitlines()[:-1] == recorded[:-1]  # all but the line naming where the plot went
     assert "speedup off-policy vs on-policy per step: 1.26x" in out
