@@ -44,3 +44,12 @@ def test_rollout_schedule_summary_reproduces_the_cpu_record(tmp_path):
     assert out.splitlines()[:-1] == recorded[:-1]  # all but the line naming where the plot went
     assert "speedup off-policy vs on-policy per step: 1.26x" in out
     assert (tmp_path / "offpolicy.png").stat().st_size > 10_000
+
+
+def test_streaming_summary_reproduces_the_h200_record(tmp_path):
+    rec = ROOT / "docs/results/h200/streaming"
+    for phase in ("a", "b"):
+        shutil.copytree(rec / phase, tmp_path / phase)
+    out = run("experiments.streaming.summarize", tmp_path)
+    assert (tmp_path / "summary.json").read_bytes() == (rec / "summary.json").read_bytes()
+    assert out.splitlines()[:-1] == (rec / "summary.txt").read_text().splitlines()[:-1]  # but the plots' paths
