@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     old = {r["run"]: r for r in json.loads((here / "summary.json").read_text())}
     rows = []
     for name, (where, recipe) in runs(here).items():
-        if not where.exists():  # the lost runs/ folder: the row as summarised when the run was made
-            rows.append({"bad_names": None, **old[name]})
+        if not any(where.glob("eval_unseen/trajectories.jsonl*")):  # lost runs/, or evaluations left out of docs/
+            rows.append(old[name])  # (its size budget): the row as summarised when the run was made
             continue
         got = next(iter(compare(where / "eval_seen", where / "eval_unseen").values()))
         p, share = got["paired"], got["unseen_b"]["SciGLM-6B"]["science"]
