@@ -28,7 +28,8 @@ def make_backend(pool: str | os.PathLike, *, seed: int, latency_scale: float,
 class AnswerKey(SimTruth):
     """SimTruth as router_r1's answer key (router_r1.pool.world.Truth): with the stages and oracles that read it."""
 
-    def call_stages(self, question: str | None, calls: list[dict], routable: list[str]) -> dict[str, float | None]:
+    def call_stages(self, question: str | None, calls: list[dict],
+                    routable: list[str] | None) -> dict[str, float | None]:
         return call_stages(self, question, calls, routable)
 
     def oracle_episodes(self, kind: str, questions: list[str], wheres: list[str], models: list[str],

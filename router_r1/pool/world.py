@@ -34,9 +34,10 @@ class Truth(Protocol):
     def strong_domains(self, model: str) -> list[str]:
         """The domains `model` is reliable on (where an unseen model should get the calls)."""
 
-    def call_stages(self, question: str | None, calls: list[dict], routable: list[str]) -> dict[str, float | None]:
+    def call_stages(self, question: str | None, calls: list[dict],
+                    routable: list[str] | None) -> dict[str, float | None]:
         """WORLD_STAGES of one trajectory's pool calls (turns with "model", "query"), None where one does not
-        apply; `routable`: the experts the router could call."""
+        apply; `routable`: the experts the router could call (None: every model of the pool)."""
 
     def oracle_episodes(self, kind: str, questions: list[str], wheres: list[str], models: list[str],
                         client: PoolClient, chunk: int, max_obs_length: int) -> list[dict]:
