@@ -21,8 +21,8 @@ def script(module, *args):
 
 
 def test_plot_runs(tmp_path):
-    script("tools.analysis.plot_runs", "--run", f"alpha 0={EMB / 'ppo_metrics.jsonl'}",
-           "--run", f"alpha 0.6={EMB / 'alpha06_ppo_metrics.jsonl'}", "--out", tmp_path / "c.png")
+    script("tools.analysis.plot_runs", "--run", f"alpha 0={EMB / 'ppo_metrics.jsonl.gz'}",
+           "--run", f"alpha 0.6={EMB / 'alpha06_ppo_metrics.jsonl.gz'}", "--out", tmp_path / "c.png")
     assert (tmp_path / "c.png").stat().st_size > 10_000
 
 
@@ -34,7 +34,7 @@ def test_eval_table():
 
 def test_adaturn_modes(tmp_path):
     script("tools.analysis.adaturn_modes", "--budgets", ADA / "budgets.json",
-           "--metrics", f"forced={ADA / 'v2_grpo_metrics.jsonl'}", "--out", tmp_path)
+           "--metrics", f"forced={ADA / 'v2_grpo_metrics.jsonl.gz'}", "--out", tmp_path)
     assert {"modes.json", "modes.png", "modes_curves.png"} <= {p.name for p in tmp_path.iterdir()}
 
 
@@ -88,7 +88,7 @@ def test_pool_batching_table_counts_a_changed_reply(tmp_path):
 
 def test_summarize_gemma_h200_reproduces_its_summary(tmp_path):
     """Run on a copy of the record's inputs: the tables it prints are the recorded summary.txt, and it draws the plot."""
-    for name in ("ppo_alpha0_metrics.jsonl", "ppo_alpha0.6_metrics.jsonl", "eval_hf_trajectories.jsonl.gz"):
+    for name in ("ppo_alpha0_metrics.jsonl.gz", "ppo_alpha0.6_metrics.jsonl.gz", "eval_hf_trajectories.jsonl.gz"):
         shutil.copy(GEMMA / name, tmp_path / name)
     out = script("experiments.gemma_h200.summarize", tmp_path).splitlines()
     recorded = (GEMMA / "summary.txt").read_text().splitlines()

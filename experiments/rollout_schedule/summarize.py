@@ -2,7 +2,7 @@
 rollout wait, reward by step, the speedup, staleness and importance weights; a plot of reward and step time.
 
     python -m experiments.rollout_schedule.summarize ON_METRICS OFF_METRICS --plot offpolicy.png
-    # the CPU record: docs/results/rollout_schedule/offpolicy_cpu/metrics_{on,off}_policy.jsonl
+    # the CPU record: docs/results/rollout_schedule/offpolicy_cpu/metrics_{on,off}_policy.jsonl.gz
 """
 from __future__ import annotations
 

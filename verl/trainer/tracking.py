@@ -1,6 +1,7 @@
 """Metric logging: console, JSONL, and wandb when configured; timers; PNG curves."""
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -125,9 +126,10 @@ def timer(name: str, into: dict[str, float]):
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Rows of a metrics JSONL file; a cut last line (killed run) is skipped."""
+    """Rows of a metrics JSONL file, or of its .jsonl.gz (as docs/results keeps them); a cut last line (killed run)
+    is skipped."""
     rows = []
-    with open(path) as f:
+    with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as f:
         for line in f:
             try:
                 rows.append(json.loads(line))
