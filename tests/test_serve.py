@@ -12,7 +12,8 @@ import pytest
 from router_r1.eval.evaluate import Pool, load_policy, router_episodes, tokenize_prompt
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
-from router_r1.pool.server import ServerThread, SimBackend
+from router_r1.pool.server import ServerThread
+from sim.backend import SimBackend
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import NO_REPLY_TEXT
 from router_r1.serve import RouterServerThread, build_service, parse_args, serving
