@@ -126,3 +126,32 @@ def test_no_import_cycles_among_the_project_s_modules():
 
         for mod in sorted(graph):
             visit(mod)
+
+
+# README's layout table: the packages each top-level package may import (deferred imports included).
+ALLOWED = {
+    "verl": set(),
+    "router_r1": {"verl"},
+    "sim": {"router_r1", "verl", "data_process"},
+    "gramma": {"verl", "router_r1"},
+    "data_process": {"router_r1", "verl", "gramma"},
+    "tools": {"verl", "router_r1", "sim", "gramma", "data_process"},
+}
+PROJECT = {*ALLOWED, "experiments"}
+
+
+def package_imports(package: str) -> dict[str, set[str]]:
+    """For each file of a top-level package, the other project packages it imports."""
+    root = VERL.parent
+    return {str(f.relative_to(root)): {m.split(".")[0] for m in imported_modules(f)} & PROJECT - {package}
+            for f in (root / package).rglob("*.py")}
+
+
+def test_each_package_imports_only_what_the_readme_layout_allows():
+    readme = (VERL.parent / "README.md").read_text()
+    for package, allowed in ALLOWED.items():
+        assert f"| `{package}/` |" in readme  # the table this test holds the code to
+        files = package_imports(package)
+        assert files, package
+        offenders = {f: sorted(m - allowed) for f, m in files.items() if m - allowed}
+        assert offenders == {}, f"{package} may import only {sorted(allowed)}"
