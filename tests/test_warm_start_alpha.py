@@ -8,12 +8,13 @@ import pandas as pd
 import pytest
 
 from sim.warm_start.alpha import GUESS, AlphaOracle, alpha0_costs, plan_shift
-from sim.warm_start.build import DEFAULT_POOL, build_rows, run
+from sim.warm_start.build import build_rows, run
 from sim.warm_start.cli import main
 from sim.warm_start.name_swap import EntityNames
 from sim.warm_start.recipe import make_recipe, parse_args
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
+from router_r1.pool.world import SIM_POOL
 from sim.backend import SimBackend
 from sim.world import SimWorld
 from router_r1.prompts import alpha_text, load_template
@@ -34,9 +35,9 @@ def recipe(**kw):
 
 @pytest.fixture(scope="module")
 def oracle():
-    registry = ModelRegistry.from_yaml(DEFAULT_POOL).seen()
+    registry = ModelRegistry.from_yaml(SIM_POOL).seen()
     world = SimWorld(seed=0)
-    o = AlphaOracle(SimBackend.from_pool_yaml(DEFAULT_POOL, seed=0, latency_scale=0.0, world=world), registry)
+    o = AlphaOracle(SimBackend.from_pool_yaml(SIM_POOL, seed=0, latency_scale=0.0, world=world), registry)
     questions = world.questions(300, 0, "train", 0.4)
     o.set_window(alpha0_costs(o, questions))
     return o, questions
@@ -60,7 +61,7 @@ def test_rows_carry_their_alpha_and_state_it(written):
 
 def test_prompt_is_what_the_env_renders_for_that_alpha(written, tok):
     out, rows = written
-    registry = ModelRegistry.from_yaml(DEFAULT_POOL).seen()
+    registry = ModelRegistry.from_yaml(SIM_POOL).seen()
     cfg = RouterEnvConfig(alphas=list(ALPHAS), response_length=16, max_response_length=256)
     env = RouterEnv(cfg, tok, registry, PoolClient(registry), template=load_template(out / "prompt_template.txt"))
     try:
@@ -109,7 +110,7 @@ def test_plan_value_is_the_training_reward(oracle):
     """A right trajectory's reward, scored as training scores it against a window holding the alpha-0 costs, is
     the oracle's value at P(right) = 1."""
     o, questions = oracle
-    registry = ModelRegistry.from_yaml(DEFAULT_POOL).seen()
+    registry = ModelRegistry.from_yaml(SIM_POOL).seen()
     costs, checked = alpha0_costs(o, questions), 0
     for q in questions[:40]:
         for a in (0.3, 0.9):
@@ -127,7 +128,7 @@ def test_plan_value_is_the_training_reward(oracle):
 
 def test_bad_input_is_named(tmp_path, capsys):
     with pytest.raises(ValueError, match="--alphas"):
-        build_rows(recipe(out_dir=tmp_path, n=5, alphas=[0.2, 1.5]), DEFAULT_POOL)
+        build_rows(recipe(out_dir=tmp_path, n=5, alphas=[0.2, 1.5]), SIM_POOL)
     assert main(["--out-dir", str(tmp_path), *FLAGS, "--n", "5", "--no-tokenizer", "--cost-window", "3e-6",
                  "1e-6"]) == 1
     assert "--cost-window must be 0 <= LOW < HIGH" in capsys.readouterr().err
@@ -205,7 +206,7 @@ def test_each_alpha_asks_every_question_at_every_alpha(tmp_path):
     differ = sum(len({r["plan"] for r in g}) > 1 for g in groups)
     assert differ >= 10, differ  # the planner's routes change with alpha for many questions on this pool
     with pytest.raises(ValueError, match=r"--n \(10\) must be a multiple of the 4 alphas"):
-        build_rows(recipe(out_dir=tmp_path, n=10, alphas=list(ALPHAS), each_alpha=True), DEFAULT_POOL)
+        build_rows(recipe(out_dir=tmp_path, n=10, alphas=list(ALPHAS), each_alpha=True), SIM_POOL)
 
 
 def test_think_alpha_restates_the_weight_before_each_pick_and_changes_nothing_else(tmp_path):
@@ -246,6 +247,6 @@ def test_think_alpha_at_start_opens_each_decision_with_the_weight_and_moves_noth
     assert parse_args([*flags, "--think-alpha-at", "start"]).per_alpha.think_alpha_at == "start"
     assert parse_args(flags).per_alpha.think_alpha_at == "pick"
     with pytest.raises(ValueError, match=r"--think-alpha-at start places the restated weight: it needs --think-alpha"):
-        build_rows(recipe(out_dir=tmp_path, n=8, think_alpha_at="start"), DEFAULT_POOL)
+        build_rows(recipe(out_dir=tmp_path, n=8, think_alpha_at="start"), SIM_POOL)
     with pytest.raises(ValueError, match=r"--think-alpha-at must be one of pick, start, got 'end'"):
-        build_rows(recipe(out_dir=tmp_path, n=8, think_alpha=True, think_alpha_at="end"), DEFAULT_POOL)
+        build_rows(recipe(out_dir=tmp_path, n=8, think_alpha=True, think_alpha_at="end"), SIM_POOL)

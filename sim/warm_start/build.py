@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
-from data_process.build_qa import REPO_ROOT
 from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.messages import submodel_messages
+from router_r1.pool.world import SIM_POOL
 from router_r1.prompts import build_router_prompt, fill_template, load_template
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score
@@ -28,7 +28,6 @@ from sim.warm_start.listings import RowListings, bank_names, twinned
 from sim.warm_start.oracle import BIG, NOISE_MODES, Oracle, Trajectory, pick_mode
 from sim.world import DEFAULT_ENTITIES, SimQuestion, SimWorld
 
-DEFAULT_POOL = REPO_ROOT / "configs" / "pool" / "sim.yaml"
 DRILL = "drill"  # the mode of a fallback-drill row
 MODES = ("oracle", "confused", DRILL, "forced", BIG, *NOISE_MODES)  # the report's order
 HOP_COLUMNS = ("data_source", "uid", "prompt", "response_text", "segments", "answers", "question", "domain", "mode",
@@ -47,7 +46,7 @@ class BuildConfig:
     noise: float = 0.3  # P(a random slip instead of the oracle's route: an expensive generalist, a cheap non-specialist, a guess, or the whole question at once)
     world_seed: int = 0  # the simulated world's seed: must match the simulated pool's
     world_entities: int = DEFAULT_ENTITIES  # entities per type of the world (must match the pool server's --world-entities)
-    pool: str = str(DEFAULT_POOL)  # pool yaml with sim: profiles (its seen models are routed to)
+    pool: str = str(SIM_POOL)  # pool yaml with sim: profiles (its seen models are routed to)
     prompt_template: Optional[str] = None  # template file, copied to OUT/prompt_template.txt (default: the compact template listing the pool's seen models)
     two_hop_frac: float = 0.4  # share of two-hop questions
     max_routes: int = 3  # routes per trajectory at most (two hops and one retry)
