@@ -21,13 +21,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from router_r1.flags import from_args, parser_for
+from router_r1.flags import from_args, parser_for, run_command
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, build_router_prompt
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score, extract_answer, f1_score
 from router_r1.router_env import RouterEnvConfig
 from router_r1.runtime import (LOAD_ERRORS, Decoding, EnvOverrides, EvalError, Policy, Pool, PoolFlags, check_checkpoint,
-                               episode_config, episode_env, fit_context, load_policy, open_pool, quiet_transformers,
+                               episode_config, episode_env, fit_context, load_policy, quiet_transformers,
                                resolve_env, seeded, tokenize_prompt, trained_env)
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "outputs" / "embedded" / "hf"
@@ -145,31 +145,33 @@ def parse_args(argv: list[str] | None = None) -> InferConfig:
     return from_args(InferConfig, p.parse_args(argv))
 
 
+def ask(a: InferConfig) -> dict:
+    """One question's record: the checks, then the pool, the policy and one episode."""
+    if not a.question.strip():
+        raise EvalError("--question is empty")
+    check_checkpoint(a.checkpoint)  # before the model imports and the pool start
+    if a.budget is not None and a.budget < 0:
+        raise EvalError(f"--budget must be >= 0, got {a.budget}")
+    a.check()
+    env = resolve_env([a.checkpoint], a if a.schedule else replace(a, schedule="sync"), log=lambda msg: None)
+    conditioned = trained_env(a.checkpoint).env.alphas
+    alpha = (a.alpha if a.alpha is not None else conditioned[0]) if conditioned else None
+    with a.open(env) as pool:
+        quiet_transformers()
+        policy = load_policy(a.checkpoint, a.device, a.prompt_template, constrain_names=env.constrain_names)
+        rcfg = episode_config(env, budget=a.budget, budget_mode=a.budget_mode)
+        record = run_question(a.question, policy, pool, rcfg, a.sampling(), a.gold, a.budget, alpha)
+        record.update(checkpoint=a.checkpoint, pool=pool.where)
+    return record
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    try:
-        if not a.question.strip():
-            raise EvalError("--question is empty")
-        check_checkpoint(a.checkpoint)  # before the model imports and the pool start
-        if a.budget is not None and a.budget < 0:
-            raise EvalError(f"--budget must be >= 0, got {a.budget}")
-        a.check()
-        env = resolve_env([a.checkpoint], a if a.schedule else replace(a, schedule="sync"), log=lambda msg: None)
-        conditioned = trained_env(a.checkpoint).env.alphas
-        alpha = (a.alpha if a.alpha is not None else conditioned[0]) if conditioned else None
-        with open_pool(a.pool, pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed, sim_latency=a.sim_latency,
-                       include_unseen=a.include_unseen, cache_dir=a.cache_dir, call_timeout_s=env.call_timeout_s,
-                       call_deadline_s=env.call_deadline_s, max_concurrency=env.max_concurrency) as pool:
-            quiet_transformers()
-            policy = load_policy(a.checkpoint, a.device, a.prompt_template, constrain_names=env.constrain_names)
-            rcfg = episode_config(env, budget=a.budget, budget_mode=a.budget_mode)
-            record = run_question(a.question, policy, pool, rcfg, a.sampling(), a.gold, a.budget, alpha)
-            record.update(checkpoint=a.checkpoint, pool=pool.where)
-    except LOAD_ERRORS as e:
-        print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
-        return 2
-    print(json.dumps(record, ensure_ascii=False) if a.json else render(record, color=sys.stdout.isatty()))
-    return 0
+
+    def show(record: dict) -> None:
+        print(json.dumps(record, ensure_ascii=False) if a.json else render(record, color=sys.stdout.isatty()))
+
+    return run_command(lambda: ask(a), LOAD_ERRORS, show, code=2)
 
 
 if __name__ == "__main__":

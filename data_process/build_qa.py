@@ -35,6 +35,7 @@ import numpy as np
 from data_process.qa_files import QUESTION_KEY, RawRow, columns_of, gold_key, gold_list, read_file
 from data_process.schema import (DataBuildError, clean_answers, golds_problem, id_problem, make_row, question_problem,
                                   validate_row)
+from router_r1.flags import run_command
 from router_r1.pool.registry import ModelRegistry, RegistryError
 from router_r1.prompts import TemplateError, build_router_prompt, load_template
 
@@ -434,13 +435,7 @@ def _csv(text: str) -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
-    try:
-        report = build(cfg)
-    except (DataBuildError, TemplateError, RegistryError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print_summary(report)
-    return 0
+    return run_command(lambda: build(cfg), (DataBuildError, TemplateError, RegistryError), print_summary)
 
 
 if __name__ == "__main__":

@@ -17,17 +17,17 @@ and unless --no-tokenizer a byte-level BPE (OUT/tokenizer) and the policy config
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gramma.actions import render, render_stop
 from gramma.graph import KnowledgeGraph
 from gramma.ranking import Ranker, RankConfig
 from gramma.session import Session
+from router_r1.flags import from_args, parser_for, run_command
 from verl.trainer.dataset import to_python
 
 NOISE_MODES = ("focus", "guess", "blind", "bare")
@@ -40,17 +40,19 @@ GRAPH_MODEL = {"model_type": "llama", "vocab_size": None, "hidden_size": 128, "i
 
 @dataclass
 class OracleConfig:
-    data: str
-    graph: str
-    out_dir: str
-    n: int = 1500
-    noise: float = 0.3
-    seed: int = 0
-    max_turns: int = 6
-    top_k: int = 8
-    point: bool = False  # answer with the candidate number "[k]" instead of copying the name
-    tokenizer: bool = True
-    vocab_size: int = 1024
+    """The oracle's settings; each field is a flag of `python -m data_process.kg_oracle`."""
+
+    data: str = field(metadata={"required": True})  # questions parquet from data_process.kg_synth (the train split)
+    graph: str = field(metadata={"required": True})  # graph directory (entities + triples)
+    out_dir: str = field(metadata={"required": True})  # where oracle.parquet (and the tokenizer) are written
+    n: int = 1500  # trajectories to write
+    noise: float = 0.3  # share of trajectories made suboptimal on purpose, so RL has something to improve
+    seed: int = 0  # seed of the question order and the noise
+    max_turns: int = 6  # must equal the environment's env.max_turns
+    top_k: int = 8  # must equal the environment's env.rank.top_k
+    point: bool = False  # answer "[k]" (a candidate number) instead of the name
+    tokenizer: bool = True  # train and save a tokenizer (--no-tokenizer: do not)
+    vocab_size: int = 1024  # the trained tokenizer's vocabulary size
 
 
 class OracleFailed(Exception):
@@ -220,34 +222,20 @@ def run(cfg: OracleConfig) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> OracleConfig:
-    p = argparse.ArgumentParser(prog="python -m data_process.kg_oracle", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True, help="questions parquet from data_process.kg_synth (the train split)")
-    p.add_argument("--graph", required=True, help="graph directory (entities + triples)")
-    p.add_argument("--out-dir", required=True, help="where oracle.parquet (and the tokenizer) are written")
-    p.add_argument("--n", type=int, default=1500, help="trajectories to write")
-    p.add_argument("--noise", type=float, default=0.3,
-                   help="share of trajectories made suboptimal on purpose, so RL has something to improve")
-    p.add_argument("--seed", type=int, default=0, help="seed of the question order and the noise")
-    p.add_argument("--max-turns", type=int, default=6, help="must equal the environment's env.max_turns")
-    p.add_argument("--top-k", type=int, default=8, help="must equal the environment's env.rank.top_k")
-    p.add_argument("--point", action="store_true", help='answer "[k]" (a candidate number) instead of the name')
-    p.add_argument("--no-tokenizer", dest="tokenizer", action="store_false", help="do not train and save a tokenizer")
-    p.add_argument("--vocab-size", type=int, default=1024, help="the trained tokenizer's vocabulary size")
-    return OracleConfig(**vars(p.parse_args(argv)))
+    p = parser_for(OracleConfig, "python -m data_process.kg_oracle", __doc__.split("\n\n")[0])
+    return from_args(OracleConfig, p.parse_args(argv))
 
 
-def main(argv: list[str] | None = None) -> int:
-    cfg = parse_args(argv)
-    try:
-        written = run(cfg)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+def print_written(written: dict) -> None:
     print(f"wrote {written['oracle']}: {written['rows']} rows")
     if "tokenizer" in written:
         print(f"wrote {written['tokenizer']} and {written['model']}")
     print(written["report"])
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    return run_command(lambda: run(cfg), (ValueError, OSError), print_written)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ question asks which friend is shown with an item, and only one friend's edge sho
 """
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from data_process.schema import make_row, validate_row
 from gramma.graph import Entity, ImageDesc, KnowledgeGraph, Triple
 from gramma.prompt import build_messages
+from router_r1.flags import from_args, parser_for, run_command
 
 _ONSET = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st", "tr"]
 _VOWEL = ["a", "e", "i", "o", "u", "ai", "ou"]
@@ -43,24 +43,19 @@ TEMPLATES = {
 
 @dataclass
 class SynthConfig:
-    out_dir: str | Path = "outputs/gramma/data"
-    seed: int = 0
-    countries: int = 10
-    cities: int = 30
-    companies: int = 20
-    teams: int = 10
-    persons: int = 240
+    """The graph's and the questions' settings; each field is a flag of `python -m data_process.kg_synth`."""
+
+    out_dir: str = "outputs/gramma/data"  # where the graph and the question parquets are written
+    seed: int = 0  # seed of the names and edges
+    countries: int = 10  # countries in the graph
+    cities: int = 30  # cities
+    companies: int = 20  # companies
+    teams: int = 10  # teams
+    persons: int = 240  # persons
     friends: int = 3  # outgoing friend_of edges per person
     image_prob: float = 0.7  # share of friend_of edges with an image description
-    val_frac: float = 0.15
-    test_frac: float = 0.2
-
-
-SYNTH_HELP = {"out_dir": "where the graph and the question parquets are written", "seed": "seed of the names and edges",
-              "countries": "countries in the graph", "cities": "cities", "companies": "companies", "teams": "teams",
-              "persons": "persons", "friends": "outgoing friend_of edges per person",
-              "image_prob": "share of friend_of edges with an image description",
-              "val_frac": "share of questions in the validation split", "test_frac": "share in the test split"}
+    val_frac: float = 0.15  # share of questions in the validation split
+    test_frac: float = 0.2  # share in the test split
 
 
 class Namer:
@@ -215,24 +210,18 @@ def build(cfg: SynthConfig) -> dict[str, int]:
 
 
 def parse_args(argv: list[str] | None = None) -> SynthConfig:
-    p = argparse.ArgumentParser(prog="python -m data_process.kg_synth", description=__doc__.split("\n\n")[0])
-    d = SynthConfig()
-    for key, val in vars(d).items():
-        p.add_argument("--" + key.replace("_", "-"), type=type(val) if key != "out_dir" else str, default=val,
-                       help=SYNTH_HELP[key])
-    return SynthConfig(**vars(p.parse_args(argv)))
+    p = parser_for(SynthConfig, "python -m data_process.kg_synth", __doc__.split("\n\n")[0])
+    return from_args(SynthConfig, p.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
-    try:
-        written = build(cfg)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    for path, n in written.items():
-        print(f"wrote {Path(cfg.out_dir) / path}: {n} rows")
-    return 0
+
+    def report(written: dict[str, int]) -> None:
+        for path, n in written.items():
+            print(f"wrote {Path(cfg.out_dir) / path}: {n} rows")
+
+    return run_command(lambda: build(cfg), (ValueError,), report)
 
 
 if __name__ == "__main__":

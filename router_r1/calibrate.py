@@ -22,12 +22,12 @@ from typing import Optional
 from router_r1.eval.evaluate import (USER_ERRORS, EvalRow, check_row_prompts, load_rows, find_data_files, records_of,
                                      router_episodes, score)
 from router_r1.eval.report import bootstrap_ci
-from router_r1.flags import from_args, parser_for
+from router_r1.flags import from_args, parser_for, run_command
 from router_r1.prompts import build_router_prompt
 from router_r1.router_env import RouterEnvConfig
 from router_r1.routing_collapse import shares_entropy, call_counts
 from router_r1.runtime import (EnvOverrides, EvalError, Policy, Pool, PoolFlags, episode_config, fit_context,
-                               load_policy, open_pool, quiet_transformers, resolve_checkpoint, tokenize_prompt)
+                               load_policy, quiet_transformers, resolve_checkpoint, tokenize_prompt)
 from router_r1.serve_engine import load_run_settings
 from verl.workers.rollout.base import SamplingParams
 
@@ -128,10 +128,7 @@ def calibrate(a: CalibrateConfig, log=print) -> dict:
     metric, target = (("cost_per_1k_usd", a.target_cost_per_1k) if a.target_cost_per_1k is not None
                       else ("dear_share", a.target_dear_share))
     env = settings.env
-    with open_pool(a.pool or settings.pool, pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed,
-                   sim_latency=a.sim_latency, include_unseen=a.include_unseen, cache_dir=a.cache_dir,
-                   call_timeout_s=env.call_timeout_s, call_deadline_s=env.call_deadline_s,
-                   max_concurrency=env.max_concurrency) as pool:
+    with a.open(env, settings.pool) as pool:
         quiet_transformers()
         policy = load_policy(ckpt, a.device, max_batch_size=a.batch_size, constrain_names=env.constrain_names)
         rcfg = episode_config(env, schedule="sync")
@@ -164,12 +161,8 @@ def calibrate(a: CalibrateConfig, log=print) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    try:
-        out = calibrate(a)
-    except USER_ERRORS as e:
-        print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
-        return 2
-    return 0 if out["chosen_alpha"] is not None else 1
+    return run_command(lambda: calibrate(a), USER_ERRORS, lambda out: 0 if out["chosen_alpha"] is not None else 1,
+                       code=2)
 
 
 if __name__ == "__main__":

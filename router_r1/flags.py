@@ -2,14 +2,17 @@
 help the comment beside the field (verl.trainer.config.field_docs), so each setting is written once.
 
 A field's metadata may say: `flag` (another spelling, e.g. "--checkpoint" for `checkpoints`), `choices`,
-`required`, `append` (a repeatable flag collecting a list), `metavar`, `no_flag` (set by the program, not a flag).
+`required`, `append` (a repeatable flag collecting a list), `metavar`, `type` (the function that parses the flag,
+e.g. one refusing a size below 1), `no_flag` (set by the program, not a flag). `run_command` is the rest of a
+command line's main(): bad input as one `error:` line and an exit status.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import typing
-from typing import Any
+from typing import Any, Callable, Optional
 
 from verl.trainer.config import field_docs
 
@@ -54,7 +57,7 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: ty
             else:
                 kw["action"] = "store_true"
         else:
-            kw["type"] = tp
+            kw["type"] = meta.get("type", tp)
             if is_list:
                 if meta.get("append"):
                     kw["action"] = "append"
@@ -84,3 +87,15 @@ def parser_for(cls: type, prog: str, description: str, skip: tuple[str, ...] = (
     p = argparse.ArgumentParser(prog=prog, description=description)
     add_flags(p, cls, skip)
     return p
+
+
+def run_command(work: Callable[[], Any], errors: tuple[type[Exception], ...],
+                report: Callable[[Any], Optional[int]] = lambda result: None, code: int = 1) -> int:
+    """A main()'s exit status: `report(work())`'s (None: 0); an error of `errors` is bad input, printed as one line
+    `error: ...` on stderr, status `code`."""
+    try:
+        result = work()
+    except errors as e:
+        print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
+        return code
+    return report(result) or 0

@@ -16,7 +16,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, ContextManager, Iterator, Optional
 
 import numpy as np
 
@@ -85,6 +85,14 @@ class PoolFlags:
     sim_latency: float = 0.0  # scale of the simulated latencies (0: the sim answers at once)
     include_unseen: bool = False  # the router may call models marked unseen
     cache_dir: Optional[str] = None  # pool reply cache: a re-run costs the same and calls nothing
+
+    def open(self, limits, default_pool: str | Path | None = None) -> ContextManager[Pool]:
+        """open_pool of these flags (--pool, else `default_pool`) with the call limits of `limits` (an env section,
+        or settings with the same call_timeout_s, call_deadline_s, max_concurrency)."""
+        return open_pool(self.pool or default_pool, pool_url=self.pool_url, sim=self.sim, sim_seed=self.sim_seed,
+                         sim_latency=self.sim_latency, include_unseen=self.include_unseen, cache_dir=self.cache_dir,
+                         call_timeout_s=limits.call_timeout_s, call_deadline_s=limits.call_deadline_s,
+                         max_concurrency=limits.max_concurrency)
 
 
 @dataclass

@@ -44,7 +44,7 @@ from router_r1.flags import from_args, parser_for
 from router_r1.prompts import build_router_prompt
 from router_r1.router_env import RouterEnvConfig
 from router_r1.runtime import (LOAD_ERRORS, ROLLOUTS, EnvOverrides, EvalError, Pool, Policy, PoolFlags, episode_config, episode_env,
-                               fit_context, load_policy, open_pool, quiet_transformers, resolve_checkpoint,
+                               fit_context, load_policy, quiet_transformers, resolve_checkpoint,
                                tokenize_prompt)
 from router_r1.serve_engine import Answered, RunSettings, load_run_settings, play_episode, request_sampling
 from verl.workers.rollout.base import as_async
@@ -333,10 +333,7 @@ def serving(a: ServeConfig) -> Iterator[RouterService]:
     ckpt = resolve_checkpoint(a.checkpoint)
     settings = load_run_settings(ckpt, a, a.alphas)
     env = settings.env
-    with open_pool(a.pool or settings.pool, pool_url=a.pool_url, sim=a.sim, sim_seed=a.sim_seed,
-                   sim_latency=a.sim_latency, include_unseen=a.include_unseen, cache_dir=a.cache_dir,
-                   call_timeout_s=env.call_timeout_s, call_deadline_s=env.call_deadline_s,
-                   max_concurrency=env.max_concurrency) as pool:
+    with a.open(env, settings.pool) as pool:
         quiet_transformers()
         policy = load_policy(ckpt, a.device, a.prompt_template, a.rollout, a.max_batch, env.constrain_names)
         service = build_service(policy, pool, settings, a.model_name, a.max_batch)

@@ -9,34 +9,35 @@ and test use its held-out facts, and val never repeats a fact chain of test.
 """
 from __future__ import annotations
 
-import argparse
 import sys
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Optional
 
-from data_process.build_qa import REPO_ROOT, budget_arg, make_prompter, size_arg, write_parquets
+from data_process.build_qa import budget_arg, make_prompter, size_arg, write_parquets
 from data_process.schema import DataBuildError, make_row, validate_row
+from router_r1.flags import from_args, parser_for, run_command
 from router_r1.pool.registry import RegistryError
-from sim.world import DEFAULT_ENTITIES, SimQuestion, SimWorld
+from router_r1.pool.world import SIM_POOL
 from router_r1.prompts import TemplateError
-
-DEFAULT_POOL = REPO_ROOT / "configs" / "pool" / "sim.yaml"
+from sim.world import DEFAULT_ENTITIES, SimQuestion, SimWorld
 
 
 @dataclass
 class SimConfig:
-    out_dir: str | Path
-    pool: str | Path = DEFAULT_POOL
-    include_unseen: bool = False
-    turn_budget: int | None = None
-    prompt_template: str | Path | None = None
-    world_seed: int = 0  # must equal the simulated pool's seed
-    world_entities: int = DEFAULT_ENTITIES  # entities per type; must equal the pool's --world-entities
-    seed: int = 42  # which questions are drawn
-    train_size: int = 2000
-    val_size: int = 100
-    test_size: int = 300
-    two_hop_frac: float = 0.4
+    """The data's settings; each field is a flag of `python -m sim.qa` (router_r1/flags.py)."""
+
+    out_dir: str = "data/sim"  # where train/val/test.parquet are written
+    pool: str = str(SIM_POOL)  # pool yaml whose models the prompt lists
+    include_unseen: bool = False  # also list the models marked unseen
+    turn_budget: Optional[int] = field(default=None, metadata={"type": budget_arg})  # state this turn budget in every prompt (AdaTurn data)
+    prompt_template: Optional[str] = None  # template file of the prompts (the oracle's prompt_template.txt for the embedded default; default: the default template)
+    world_seed: int = 0  # must match the simulated pool's seed
+    world_entities: int = DEFAULT_ENTITIES  # entities per type of the world (must match the pool server's --world-entities)
+    seed: int = 42  # question sampling seed
+    train_size: int = field(default=2000, metadata={"type": size_arg})  # training questions
+    val_size: int = field(default=100, metadata={"type": size_arg})  # validation questions
+    test_size: int = field(default=300, metadata={"type": size_arg})  # test questions
+    two_hop_frac: float = 0.4  # share of two-hop questions
 
 
 def _chain(q: SimQuestion) -> tuple:
@@ -80,35 +81,19 @@ def build_sim(cfg: SimConfig) -> dict[str, int]:
 
 
 def parse_args(argv: list[str] | None = None) -> SimConfig:
-    p = argparse.ArgumentParser(prog="python -m sim.qa", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default="data/sim", help="where train/val/test.parquet are written")
-    p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml whose models the prompt lists")
-    p.add_argument("--include-unseen", action="store_true", help="also list the models marked unseen")
-    p.add_argument("--turn-budget", type=budget_arg, default=None,
-                   help="state this turn budget in every prompt (AdaTurn data)")
-    p.add_argument("--prompt-template", default=None,
-                   help="template file of the prompts (the oracle's prompt_template.txt for the embedded default; default: the default template)")
-    p.add_argument("--world-seed", type=int, default=0, help="must match the simulated pool's seed")
-    p.add_argument("--world-entities", type=int, default=DEFAULT_ENTITIES,
-                   help="entities per type of the world (must match the pool server's --world-entities)")
-    p.add_argument("--seed", type=int, default=42, help="question sampling seed")
-    p.add_argument("--train-size", type=size_arg, default=2000, help="training questions")
-    p.add_argument("--val-size", type=size_arg, default=100, help="validation questions")
-    p.add_argument("--test-size", type=size_arg, default=300, help="test questions")
-    p.add_argument("--two-hop-frac", type=float, default=0.4, help="share of two-hop questions")
-    return SimConfig(**vars(p.parse_args(argv)))
+    p = parser_for(SimConfig, "python -m sim.qa", __doc__.split("\n\n")[0])
+    return from_args(SimConfig, p.parse_args(argv))
+
+
+def print_written(written: dict[str, int]) -> None:
+    for path, n in written.items():
+        print(f"wrote {path}: {n} rows")
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
-    try:
-        written = build_sim(cfg)
-    except (DataBuildError, TemplateError, RegistryError, ValueError) as e:  # SimWorld says what is too big
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    for path, n in written.items():
-        print(f"wrote {path}: {n} rows")
-    return 0
+    # SimWorld's ValueError says what is too big
+    return run_command(lambda: build_sim(cfg), (DataBuildError, TemplateError, RegistryError, ValueError), print_written)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 import infer
-from router_r1.eval.evaluate import (EvalConfig, EvalError, Policy, evaluate, open_pool, parse_args,
-                                     with_training_shape)
+from router_r1.eval.evaluate import EvalConfig, EvalError, Policy, evaluate, parse_args, with_training_shape
 from router_r1.eval.evaluate import main as evaluate_main
+from router_r1.runtime import open_pool
 from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, budget_text
 from router_r1.router_env import RouterEnvConfig
 from sim_split import TEMPLATE, sim_test_split

@@ -309,10 +309,11 @@ def test_sim_files_schema_and_answers(sim_built):
 
 
 def test_sim_prompt_lists_the_sim_pool_and_is_deterministic(tmp_path, sim_built):
-    from sim.qa import DEFAULT_POOL, SimConfig, build_sim
+    from router_r1.pool.world import SIM_POOL
+    from sim.qa import SimConfig, build_sim
 
     out, _ = sim_built
-    seen = ModelRegistry.from_yaml(DEFAULT_POOL).seen()
+    seen = ModelRegistry.from_yaml(SIM_POOL).seen()
     for row in _rows(out / "train.parquet"):
         content = row["prompt"][0]["content"]
         assert row["extra_info"]["question"] in content

@@ -10,13 +10,14 @@ import pytest
 
 import infer
 from router_r1.eval.baselines import reply_answer
-from router_r1.eval.evaluate import Policy, open_pool
+from router_r1.eval.evaluate import Policy
 from router_r1.pool.registry import ModelRegistry
 from sim.backend import SimBackend
 from sim.world import SimWorld
 from router_r1.pool.messages import submodel_messages
 from router_r1.reward.qa_em import em_score
 from router_r1.router_env import RouterEnvConfig
+from router_r1.runtime import open_pool
 from tiny import tiny_model
 from verl.workers.rollout.base import GenOutput, SamplingParams
 

@@ -9,7 +9,7 @@ import pytest
 from sim.qa import SimConfig, build_sim
 from router_r1.eval.baselines import BaselineError, parse_baselines
 from router_r1.eval.embed import HashedNgramEmbedder, make_embedder
-from router_r1.eval.evaluate import EvalConfig, EvalError, evaluate, open_pool
+from router_r1.eval.evaluate import EvalConfig, EvalError, evaluate
 from router_r1.eval.learned_routers import KnnRouter, MlpRouter, Outcomes, choose, cost_bounds, r_cost, select_k
 from router_r1.eval.routing_baselines import learned_picks, train_outcomes
 from router_r1.pool.client import PoolResult
@@ -19,6 +19,7 @@ from sim.oracle_baselines import oracle_episodes, oracle_hops_episodes
 from sim.truth import SimTruth
 from sim.world import SimWorld
 from router_r1.reward.qa_em import em_score
+from router_r1.runtime import open_pool
 
 REPO = Path(__file__).resolve().parents[1]
 SIM = REPO / "configs" / "pool" / "sim.yaml"

@@ -63,7 +63,7 @@ from router_r1.router_env import RouterEnvConfig
 from router_r1.row_check import check_router_row
 from router_r1.runtime import (LOAD_ERRORS, ROLLOUTS, Decoding, EnvOverrides, EvalError, Policy, Pool, PoolFlags,
                                check_checkpoint, check_endpoints, episode_config, episode_env, fit_context, load_policy,
-                               open_pool, quiet_transformers, resolve_env, seeded, tokenize_prompt, trained_env)
+                               quiet_transformers, resolve_env, seeded, tokenize_prompt, trained_env)
 from router_r1.stages import trajectory_stages
 from verl.trainer.dataset import eval_batches
 
@@ -501,10 +501,7 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
         raise EvalError(f"--max-pool-failure-rate must be in [0, 1], got {cfg.max_pool_failure_rate}")
     if not (cfg.call_timeout_s > 0 and cfg.call_deadline_s > 0 and cfg.max_concurrency >= 1):
         raise EvalError("--call-timeout-s and --call-deadline-s must be > 0 and --max-concurrency >= 1")
-    with open_pool(cfg.pool, pool_url=cfg.pool_url, sim=cfg.sim, sim_seed=cfg.sim_seed,
-                   sim_latency=cfg.sim_latency, include_unseen=cfg.include_unseen, cache_dir=cfg.cache_dir,
-                   call_timeout_s=cfg.call_timeout_s, call_deadline_s=cfg.call_deadline_s,
-                   max_concurrency=cfg.max_concurrency) as pool:
+    with cfg.open(limits=cfg) as pool:
         runs = plan_runs(cfg, parse_baselines(cfg.baselines, pool.full, pool.registry))
         own_prompts = [r for r in runs if r.kind == "prompt-llm" or (r.kind == "router" and r.told_alpha is None)]
         if own_prompts and not (cfg.budget is not None and cfg.budget_text):
