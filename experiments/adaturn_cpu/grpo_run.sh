@@ -4,11 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=/work/venv/bin:$PATH OMP_NUM_THREADS=2
 OUT=outputs/embedded
-LOG=/tmp/alpha_server.log
-python -m router_r1.pool.server --backend sim --pool configs/pool/sim.yaml --port 0 --latency-scale 0 > $LOG 2>&1 &
-SERVER=$!; trap 'kill $SERVER' EXIT
-for _ in $(seq 100); do grep -q "listening on" $LOG && break; sleep 0.2; done
-URL=$(grep -o "http://[^ ]*/v1" $LOG | head -1)
+PY=python
+source tools/sim_pool.sh
+start_sim_pool /tmp/alpha_server.log
 python -m verl.trainer.main_ppo --config-name embedded "data.train_files=[$OUT/data/train.parquet]" "data.val_files=[$OUT/data/val.parquet]" \
   model.path=$OUT/sft model.tokenizer=$OUT/sft env.pool_url=$URL trainer.output_dir=outputs/embedded_grpo env.alpha=0.0 trainer.experiment_name=grpo algorithm.adv_estimator=grpo rollout.n=4 data.train_batch_size=16 actor.ppo_mini_batch_size=64 actor.ppo_micro_batch_size=32 algorithm.use_kl_in_reward=false critic.enable=false trainer.total_steps=40
 cp $OUT/oracle/prompt_template.txt outputs/embedded_grpo/hf/prompt_template.txt

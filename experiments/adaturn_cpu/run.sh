@@ -8,10 +8,7 @@
 #   3. GRPO with sampled budgets and budget_mode=forced (configs/adaturn.yaml)
 #   4. EM / cost / calls / forced / truncated per budget 1, 2, 4, 8 for both routers
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-PY=${PYTHON:-/work/venv/bin/python}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
-EMB=outputs/embedded
+source "$(dirname "$0")/env.sh"
 OUT=${OUT:-outputs/adaturn}
 mkdir -p "$OUT"
 
@@ -24,12 +21,7 @@ $PY -m verl.trainer.sft --data "$OUT/oracle/oracle.parquet" --model "$EMB/sft" -
   --time-limit-s 1200
 cp "$OUT/oracle/prompt_template.txt" "$OUT/sft/prompt_template.txt"
 
-LOG="$OUT/pool_server.log"
-$PY -m router_r1.pool.server --backend sim --pool configs/pool/sim.yaml --port 0 --latency-scale 0 >"$LOG" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 100); do grep -q "listening on" "$LOG" 2>/dev/null && break; sleep 0.2; done
-URL=$(grep -o "http://[^ ]*/v1" "$LOG" | head -1)
+start_sim_pool "$OUT/pool_server.log"
 
 $PY -m verl.trainer.main_ppo --config-name adaturn \
   "data.train_files=[$EMB/data/train.parquet]" "data.val_files=[$EMB/data/val.parquet]" \

@@ -12,28 +12,21 @@
 #    modes_seed2_curves.png, in docs/results/adaturn_cpu)
 # The three trainings run side by side (2 shared CPU cores, nice -n 10), one pool server each.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-PY=${PYTHON:-/work/venv/bin/python}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
-EMB=outputs/embedded
+source "$(dirname "$0")/env.sh"
 WARM=${WARM:-outputs/adaturn_v2/sft}
 TEMPLATE=${TEMPLATE:-outputs/adaturn_v2/oracle/prompt_template.txt}
 OUT=${OUT:-outputs/adaturn_modes}
 MODES=(${MODES:-forced mask penalize})
 mkdir -p "$OUT"
 
-train() (  # train MODE: its own pool server + GRPO with env.budget_mode=MODE (a subshell)
-  local mode=$1 log="$OUT/$1/pool_server.log"
+train() (  # train MODE: its own pool server + GRPO with env.budget_mode=MODE (a subshell: URL is its own)
+  local mode=$1
   mkdir -p "$OUT/$mode"
-  $PY -m router_r1.pool.server --backend sim --pool configs/pool/sim.yaml --port 0 --latency-scale 0 >"$log" 2>&1 &
-  local server=$!
-  trap 'kill $server 2>/dev/null || true' EXIT
-  for _ in $(seq 100); do grep -q "listening on" "$log" 2>/dev/null && break; sleep 0.2; done
-  local url; url=$(grep -o "http://[^ ]*/v1" "$log" | head -1)
+  start_sim_pool "$OUT/$mode/pool_server.log"
   # lr and ppo_epochs pinned: configs/embedded.yaml (which adaturn.yaml extends) has changed under us before
   nice -n 10 $PY -m verl.trainer.main_ppo --config-name adaturn \
     "data.train_files=[$EMB/data/train.parquet]" "data.val_files=[$EMB/data/val.parquet]" \
-    "model.path=$WARM" "model.tokenizer=$WARM" "env.pool_url=$url" "trainer.output_dir=$OUT/$mode/grpo" \
+    "model.path=$WARM" "model.tokenizer=$WARM" "env.pool_url=$URL" "trainer.output_dir=$OUT/$mode/grpo" \
     "env.prompt_template=$TEMPLATE" "env.budget_mode=$mode" trainer.experiment_name=adaturn_$mode \
     actor.lr=3e-4 actor.ppo_epochs=2 trainer.total_steps=${STEPS:-40} ${EXTRA:-} >"$OUT/$mode/train.log" 2>&1
   cp "$TEMPLATE" "$OUT/$mode/grpo/hf/prompt_template.txt"

@@ -2,18 +2,10 @@
 # AdaTurn by RL alone: GRPO with sampled budgets and budget_mode=forced, started from the plain
 # GRPO router (outputs/grpo, experiments/adaturn_cpu/grpo_run.sh) instead of a budget SFT.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-PY=${PYTHON:-/work/venv/bin/python}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
-EMB=outputs/embedded
+source "$(dirname "$0")/env.sh"
 OUT=${OUT:-outputs/adaturn_rl}
 mkdir -p "$OUT"
-LOG="$OUT/pool_server.log"
-$PY -m router_r1.pool.server --backend sim --pool configs/pool/sim.yaml --port 0 --latency-scale 0 >"$LOG" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 100); do grep -q "listening on" "$LOG" 2>/dev/null && break; sleep 0.2; done
-URL=$(grep -o "http://[^ ]*/v1" "$LOG" | head -1)
+start_sim_pool "$OUT/pool_server.log"
 
 $PY -m verl.trainer.main_ppo --config-name adaturn \
   "data.train_files=[$EMB/data/train.parquet]" "data.val_files=[$EMB/data/val.parquet]" \

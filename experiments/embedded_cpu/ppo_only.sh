@@ -5,11 +5,9 @@ cd "$(dirname "$0")/../.."
 export PATH=/work/venv/bin:$PATH OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
 SRC=$1; RUN=$2; shift 2
 mkdir -p $RUN
-LOG=$RUN/server.log
-python -m router_r1.pool.server --backend sim --pool configs/pool/sim.yaml --port 0 --latency-scale 0 > $LOG 2>&1 &
-SERVER=$!; trap 'kill $SERVER' EXIT
-for _ in $(seq 100); do grep -q "listening on" $LOG && break; sleep 0.2; done
-URL=$(grep -o "http://[^ ]*/v1" $LOG | head -1)
+PY=python
+source tools/sim_pool.sh
+start_sim_pool $RUN/server.log
 start=$(date +%s)
 python -m verl.trainer.main_ppo --config-name embedded "data.train_files=[$SRC/data/train.parquet]" "data.val_files=[$SRC/data/val.parquet]" \
   model.path=$SRC/sft model.tokenizer=$SRC/sft env.pool_url=$URL trainer.output_dir=$RUN/ppo "$@" 2>&1 | grep -v "HTTP Request" | grep -v "^\[step" > $RUN/ppo.log
