@@ -14,20 +14,17 @@ from pathlib import Path
 from verl.trainer.tracking import read_jsonl
 
 BIG = "Mixtral-8x22B-Instruct"  # the strongest and dearest generalist, the cautious annotator's choice
-PANELS = [  # (title, key, scale)
-    ("val EM (greedy)", "val/em/mean", 1.0),
-    ("val reward (greedy)", "val/reward/mean", 1.0),
-    ("val cost (1e-6 USD / question)", "val/cost_usd/mean", 1e6),
-    (f"val calls to {BIG} / question", f"val/calls/{BIG}/mean", 1.0),
-    ("val pool calls / question", "val/route_count/mean", 1.0),
-    ("val format ok", "val/format_ok/mean", 1.0),
-    ("train EM (sampled)", "em/mean", 1.0),
-    ("train reward (sampled)", "reward/mean", 1.0),
-    ("train cost (1e-6 USD / question)", "cost_usd/mean", 1e6),
-    (f"train calls to {BIG} / question", f"calls/{BIG}/mean", 1.0),
-    ("train pool calls / question", "route_count/mean", 1.0),
-    ("train format ok", "format_ok/mean", 1.0),
+METRICS = [  # (title, key, scale), drawn for validation and training; {how} says how the rollouts were decoded
+    ("EM ({how})", "em/mean", 1.0),
+    ("reward ({how})", "reward/mean", 1.0),
+    ("cost (1e-6 USD / question)", "cost_usd/mean", 1e6),
+    (f"calls to {BIG} / question", f"calls/{BIG}/mean", 1.0),
+    ("pool calls / question", "route_count/mean", 1.0),
+    ("format ok", "format_ok/mean", 1.0),
 ]
+PANELS = [(f"{split} " + title.format(how=how), prefix + key, scale)  # (title, key, scale): val's row, then train's
+          for split, prefix, how in (("val", "val/", "greedy"), ("train", "", "sampled"))
+          for title, key, scale in METRICS]
 
 
 def metrics_rows(path: Path) -> list[dict]:

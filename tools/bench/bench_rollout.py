@@ -53,6 +53,17 @@ def build(shape: str, device: str, dtype: torch.dtype) -> Qwen2ForCausalLM:
     return model.eval()
 
 
+def workload_parser(doc: str) -> argparse.ArgumentParser:
+    """A rollout benchmark's parser with the workload flags: shapes, batch sizes, prompt and generated lengths."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES),
+                   help="model shapes to time")
+    p.add_argument("--batch", nargs="+", type=int, default=[64, 256], help="batch sizes to time")
+    p.add_argument("--prompt-len", type=int, default=512, help="prompt tokens per row")
+    p.add_argument("--new-tokens", type=int, default=256, help="tokens generated per row")
+    return p
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -121,12 +132,7 @@ def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: 
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES),
-                   help="model shapes to time")
-    p.add_argument("--batch", nargs="+", type=int, default=[64, 256], help="batch sizes to time")
-    p.add_argument("--prompt-len", type=int, default=512, help="prompt tokens per row")
-    p.add_argument("--new-tokens", type=int, default=256, help="tokens generated per row")
+    p = workload_parser(__doc__)
     p.add_argument("--skip-loop", action="store_true", help="do not time the plain HFRollout loop")
     p.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny shape, small batch")
     p.add_argument("--profile", action="store_true", help="time prefill and one decode step; top CUDA kernels")

@@ -10,7 +10,6 @@ memory around sleep/wake (torch.cuda.mem_get_info).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -20,7 +19,7 @@ import torch
 from verl.workers.rollout.base import SamplingParams
 from verl.workers.rollout.static_rollout import StaticRollout
 from verl.workers.rollout.vllm_rollout import VLLMRollout
-from tools.bench.bench_rollout import SHAPES, _Tok, build, hf_generate, teacher_forced_logprobs, timed
+from tools.bench.bench_rollout import _Tok, build, hf_generate, teacher_forced_logprobs, timed, workload_parser
 
 GIB = 1 << 30
 
@@ -37,12 +36,7 @@ def logprob_gap(model, prompts, outs) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES),
-                   help="model shapes to time")
-    p.add_argument("--batch", nargs="+", type=int, default=[64, 256], help="batch sizes to time")
-    p.add_argument("--prompt-len", type=int, default=512, help="prompt tokens per row")
-    p.add_argument("--new-tokens", type=int, default=256, help="tokens generated per row")
+    p = workload_parser(__doc__)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.35, help="vLLM's share of GPU memory")
     p.add_argument("--skip-generate", action="store_true", help="do not time transformers generate")
     p.add_argument("--workdir", default="/tmp/bench_vllm", help="where the random-weight models are written")
