@@ -43,10 +43,13 @@ import argparse
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
+from router_r1.flags import add_flags, from_args
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread
@@ -65,6 +68,41 @@ SIM = ROOT / "configs" / "pool" / "sim.yaml"
 ROUTE_TO = "LLaMA-3.1-70B-Instruct"
 MODES = ("sync", "overlap", "per-episode", "continuous", "streaming")
 THINK = "I should ask a bigger model about this part of the question before I answer it."
+
+
+@dataclass
+class Emulation:
+    """The emulated engine, the pool's latency and the episodes' lengths: the settings Cost, bench_env and the engines
+    read, flags of this benchmark and of bench_stream_convoy (router_r1/flags.py)."""
+
+    batch: int = 64  # episodes per step
+    latency_scale: float = 2.0  # x the sim profiles' latency (the 70B expert: ~1.3 s median at 2, tail x6)
+    step_ms: float = 5.0  # fixed milliseconds per decode step
+    step_row_us: float = 25.0  # extra microseconds per row in a step
+    prefill_us: float = 10.0  # microseconds per prefilled token
+    chunk: int = 8  # continuous: decode steps between joins
+    concurrency: int = 128  # client's concurrent calls per endpoint
+    response_length: int = 128  # tokens per generated turn
+    max_obs_length: int = 64  # tokens per <information> block
+    min_ready: float = 0.5  # overlap: env.overlap_min_ready
+    max_wait: float = 0.5  # overlap: env.overlap_max_wait_s
+
+
+@dataclass
+class ScheduleBench(Emulation):
+    """This benchmark's settings, each a flag."""
+
+    repeats: int = 2  # timed repeats per mode
+    two_hop_frac: float = 0.5  # share of two-hop questions
+    modes: str = ",".join(MODES)  # comma-separated schedules to time
+    steps: int = 4  # streaming: training steps per mode and repeat
+    update_s: float = 2.5  # streaming: seconds of emulated update per step (the H200 270M pipeline's training ~2.5 s)
+    in_flight: float = 2.0  # streaming: episodes in play, x the batch
+    max_staleness: int = 1  # streaming: trainer.max_staleness
+    baselines: str = "sync,continuous"  # streaming: the step modes it is compared with
+    model: Optional[str] = None  # an HF model directory: decode it with hf_static instead
+    device: str = "cpu"  # --model: the device it decodes on
+    max_model_len: int = 4096  # --model: hf_static's cache length
 
 
 class Script:
@@ -257,31 +295,8 @@ def run_once(mode: str, url: str, tok, rows, script: Script | None, args, real: 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch", type=int, default=64, help="episodes per step")
-    p.add_argument("--latency-scale", type=float, default=2.0,
-                   help="x the sim profiles' latency (the 70B expert: ~1.3 s median at 2, tail x6)")
-    p.add_argument("--step-ms", type=float, default=5.0, help="fixed milliseconds per decode step")
-    p.add_argument("--step-row-us", type=float, default=25.0, help="extra microseconds per row in a step")
-    p.add_argument("--prefill-us", type=float, default=10.0, help="microseconds per prefilled token")
-    p.add_argument("--chunk", type=int, default=8, help="continuous: decode steps between joins")
-    p.add_argument("--repeats", type=int, default=2, help="timed repeats per mode")
-    p.add_argument("--concurrency", type=int, default=128, help="client's concurrent calls per endpoint")
-    p.add_argument("--min-ready", type=float, default=0.5, help="overlap: env.overlap_min_ready")
-    p.add_argument("--max-wait", type=float, default=0.5, help="overlap: env.overlap_max_wait_s")
-    p.add_argument("--two-hop-frac", type=float, default=0.5, help="share of two-hop questions")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated schedules to time")
-    p.add_argument("--response-length", type=int, default=128, help="tokens per generated turn")
-    p.add_argument("--max-obs-length", type=int, default=64, help="tokens per <information> block")
-    p.add_argument("--steps", type=int, default=4, help="streaming: training steps per mode and repeat")
-    p.add_argument("--update-s", type=float, default=2.5,
-                   help="streaming: seconds of emulated update per step (the H200 270M pipeline's training ~2.5 s)")
-    p.add_argument("--in-flight", type=float, default=2.0, help="streaming: episodes in play, x the batch")
-    p.add_argument("--max-staleness", type=int, default=1, help="streaming: trainer.max_staleness")
-    p.add_argument("--baselines", default="sync,continuous", help="streaming: the step modes it is compared with")
-    p.add_argument("--model", default=None, help="an HF model directory: decode it with hf_static instead")
-    p.add_argument("--device", default="cpu", help="--model: the device it decodes on")
-    p.add_argument("--max-model-len", type=int, default=4096, help="--model: hf_static's cache length")
-    args = p.parse_args()
+    add_flags(p, ScheduleBench)
+    args = from_args(ScheduleBench, p.parse_args())
     modes = args.modes.split(",")
     if args.device == "cpu":
         torch.set_num_threads(1)

@@ -20,7 +20,6 @@ ratio of adjacent paused and decoding windows (the machine's drift cancels there
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
@@ -28,10 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from router_r1.flags import from_args, parser_for
 from router_r1.pool.registry import ModelRegistry
 from sim.world import SimWorld
 from router_r1.prompts import build_router_prompt
@@ -40,7 +41,19 @@ from verl.trainer.streaming import StreamingRollout
 from verl.utils.tiny import tiny_tokenizer
 from verl.workers.rollout.base import SamplingParams
 from verl.workers.rollout.slot_engine import SlotEngine
-from tools.bench.bench_rollout_schedule import ROOT, SIM, Cost, EmulatedSlots, Script, bench_env
+from tools.bench.bench_rollout_schedule import ROOT, SIM, Cost, EmulatedSlots, Emulation, Script, bench_env
+
+
+@dataclass
+class ConvoyBench(Emulation):
+    """This benchmark's settings, each a flag but the overlap schedule's (the rollout here is continuous)."""
+
+    batch: int = 32  # episodes per take; 2x that in play
+    decode_host_ms: float = 2.0  # Python per decode step (of --step-ms)
+    window_s: float = 2.0  # seconds each state's ops are counted
+    cycles: int = 4  # timed cycles
+    min_ready: float = field(default=0.5, metadata={"no_flag": True})
+    max_wait: float = field(default=0.5, metadata={"no_flag": True})
 
 
 class HostBoundCost(Cost):
@@ -91,21 +104,8 @@ def start_server(latency_scale: float, log: Path) -> tuple[subprocess.Popen, str
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=32, help="episodes per take; 2x that in play")
-    p.add_argument("--latency-scale", type=float, default=2.0, help="scale of the simulated pool latencies")
-    p.add_argument("--step-ms", type=float, default=5.0, help="emulated decode step (ms)")
-    p.add_argument("--step-row-us", type=float, default=25.0, help="emulated decode cost per row (us)")
-    p.add_argument("--prefill-us", type=float, default=10.0, help="emulated prefill cost per token (us)")
-    p.add_argument("--decode-host-ms", type=float, default=2.0, help="Python per decode step (of --step-ms)")
-    p.add_argument("--window-s", type=float, default=2.0, help="seconds each state's ops are counted")
-    p.add_argument("--cycles", type=int, default=4, help="timed cycles")
-    p.add_argument("--response-length", type=int, default=128, help="tokens per turn")
-    p.add_argument("--max-obs-length", type=int, default=64, help="tokens per <information> block")
-    p.add_argument("--concurrency", type=int, default=128, help="pool calls in flight")
-    p.add_argument("--chunk", type=int, default=8, help="rows per streamed group")
-    args = p.parse_args(argv)
-    args.min_ready, args.max_wait = 0.5, 0.5  # bench_env's overlap knobs (unused: continuous)
+    p = parser_for(ConvoyBench, "python -m tools.bench.bench_stream_convoy", __doc__.split("\n\n")[0])
+    args = from_args(ConvoyBench, p.parse_args(argv))
     torch.set_num_threads(1)
     x = torch.zeros(8)
 
