@@ -62,7 +62,7 @@ class EnvOverrides:
     call_deadline_s: Optional[float] = None  # seconds per pool call with all its retries (default: the run's)
     max_concurrency: Optional[int] = None  # pool calls in flight per endpoint; more wait in the client (default: the run's)
     constrain_names: Optional[bool] = None  # decode each route's model name as one of the pool's, on the hf engine (evaluation and serving only: it leaves the policy's distribution) (default: the run's)
-    invalid_hint: Optional[bool] = None  # after an invalid action, a corrective hint naming the pool's models, as sim_oracle --misname-drill rows show it (default: the run's)
+    invalid_hint: Optional[bool] = None  # after an invalid action, a corrective hint naming the pool's models, as the misname drill of `python -m sim.warm_start` (--misname-drill) shows it (default: the run's)
 
     def overrides(self) -> dict:
         """The keys a flag set, with their values."""

@@ -109,10 +109,12 @@ def test_the_docs_infer_questions_are_about_the_simulated_world():
 
 
 def _entry_points() -> list[Path]:
-    """Every file of ours that builds an argparse parser (the CLIs and scripts)."""
+    """Every file of ours that builds an argparse parser (the CLIs and scripts): by hand, from a settings dataclass
+    (router_r1/flags.py) or through a shared parser (a benchmark's workload_parser)."""
     files = [*ROOT.glob("router_r1/**/*.py"), *ROOT.glob("data_process/*.py"), *ROOT.glob("gramma/*.py"),
-             *ROOT.glob("verl/**/*.py"), *ROOT.glob("tools/**/*.py"), ROOT / "infer.py"]
-    return sorted(f for f in files if "ArgumentParser(" in f.read_text() and f.name != "flags.py")
+             *ROOT.glob("verl/**/*.py"), *ROOT.glob("tools/**/*.py"), *ROOT.glob("sim/**/*.py"), ROOT / "infer.py"]
+    builds = re.compile(r"ArgumentParser\(|parser_for\(|add_flags\(|_parser\(")
+    return sorted(f for f in files if builds.search(f.read_text()) and f.name != "flags.py")
 
 
 @pytest.mark.parametrize("path", _entry_points(), ids=lambda p: str(p.relative_to(ROOT)))
