@@ -157,8 +157,9 @@ if [ -n "$CALIBRATE_TARGET" ]; then
     || [ $? = 1 ]  # exit 1: no alpha meets the target, a result (calibrate.txt says so), not a failed stage
 fi
 cp "$OUT/logs/oracle.txt" "$RESULTS/oracle_report.txt"
+# training metrics and per-evaluation summaries kept gzipped, as docs/results holds them (tests/test_docs_budget.py)
 for r in ppo_cond $(for a in $ALPHAS; do echo "ppo_fixed_$a"; done); do
-  cp "$OUT/$r/metrics.jsonl" "$RESULTS/${r}_metrics.jsonl"
+  gzip -9nc "$OUT/$r/metrics.jsonl" > "$RESULTS/${r}_metrics.jsonl.gz"
 done
-for d in "$E"/*/; do cp "$d/summary.json" "$RESULTS/summary_$(basename "$d").json"; done
+for d in "$E"/*/; do gzip -9nc "$d/summary.json" > "$RESULTS/summary_$(basename "$d").json.gz"; done
 stage "done: $RESULTS/table.txt, $RESULTS/pareto.png, $RESULTS/paired.txt"

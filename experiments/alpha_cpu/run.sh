@@ -30,7 +30,8 @@ for a in 0 0.9 0.3 0.6; do ppo $R/fixed2_$a env.alpha=$a > $R/fixed2_$a.log 2>&1
 nice -n 10 $PY -m tools.analysis.eval_alpha --data $B/data/test.parquet --n 150 --conditioned $R/cond2/ppo/hf \
   --fixed 0=$R/fixed2_0/ppo/hf --fixed 0.3=$R/fixed2_0.3/ppo/hf --fixed 0.6=$R/fixed2_0.6/ppo/hf \
   --fixed 0.9=$R/fixed2_0.9/ppo/hf --sft $B/sft --out $D | tee $D/eval_alpha.txt
-for r in cond2 fixed2_0 fixed2_0.3 fixed2_0.6 fixed2_0.9; do cp $R/$r/ppo/metrics.jsonl $D/${r}_ppo_metrics.jsonl; done
+# the training metrics kept gzipped, as docs/results holds them (tests/test_docs_budget.py)
+for r in cond2 fixed2_0 fixed2_0.3 fixed2_0.6 fixed2_0.9; do gzip -9nc $R/$r/ppo/metrics.jsonl > $D/${r}_ppo_metrics.jsonl.gz; done
 # calibration of the conditioned router on the validation file (a target of 20e-6 USD per question)
 nice -n 10 $PY -m router_r1.calibrate --checkpoint $R/cond2/ppo/hf --data $B/data/val.parquet --sim \
   --alphas 0 0.3 0.6 0.9 --target-cost-per-1k 0.02 \

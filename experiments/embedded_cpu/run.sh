@@ -21,16 +21,17 @@ OUT=$R/g1 SFT_FROM=$R/c1 bash train.sh algorithm.adv_estimator=grpo rollout.n=4 
 # more, less repeated SFT data (3200 trajectories x 4 epochs = 800 steps), then the default PPO
 OUT=$R/d1 N_ORACLE=3200 SFT_EPOCHS=4 bash train.sh > $R/d1.log 2>&1
 
+# PPO metrics gzipped, as docs/results keeps them (tests/test_docs_budget.py); plot_runs reads .jsonl.gz
 cp $R/c1/sft/metrics.jsonl $D/sft_metrics.jsonl
-cp $R/k1/ppo/metrics.jsonl $D/ppo_metrics.jsonl; cp $R/k1/ppo/curves.png $D/ppo_curves.png
-cp $R/k1a06/ppo/metrics.jsonl $D/alpha06_ppo_metrics.jsonl
+gzip -9nc $R/k1/ppo/metrics.jsonl > $D/ppo_metrics.jsonl.gz; cp $R/k1/ppo/curves.png $D/ppo_curves.png
+gzip -9nc $R/k1a06/ppo/metrics.jsonl > $D/alpha06_ppo_metrics.jsonl.gz
 cp $R/k1/eval/summary.json $D/eval_summary.json; cp $R/k1a06/eval/summary.json $D/alpha06_eval_summary.json
 cp $R/k1/eval/pareto.png $D/pareto.png
-cp $R/c1/ppo/metrics.jsonl $D/nokl_ppo_metrics.jsonl; cp $R/c1/eval/summary.json $D/nokl_eval_summary.json
-cp $R/g1/ppo/metrics.jsonl $D/grpo_ppo_metrics.jsonl; cp $R/g1/eval/summary.json $D/grpo_eval_summary.json
-cp $R/d1/eval/summary.json $D/data3200_eval_summary.json; cp $R/d1/ppo/metrics.jsonl $D/data3200_ppo_metrics.jsonl
+gzip -9nc $R/c1/ppo/metrics.jsonl > $D/nokl_ppo_metrics.jsonl.gz; cp $R/c1/eval/summary.json $D/nokl_eval_summary.json
+gzip -9nc $R/g1/ppo/metrics.jsonl > $D/grpo_ppo_metrics.jsonl.gz; cp $R/g1/eval/summary.json $D/grpo_eval_summary.json
+cp $R/d1/eval/summary.json $D/data3200_eval_summary.json; gzip -9nc $R/d1/ppo/metrics.jsonl > $D/data3200_ppo_metrics.jsonl.gz
 for r in c1 k1 k1a06 g1 d1; do $PYTHON -m tools.analysis.diagnose_failures $R/$r/eval/trajectories.jsonl > $D/diagnose_$r.txt; done
-$PYTHON -m tools.analysis.plot_runs --run "KL loss 0.1, alpha 0=$D/ppo_metrics.jsonl" --run "KL loss 0.1, alpha 0.6=$D/alpha06_ppo_metrics.jsonl" \
-  --run "no KL loss, alpha 0=$D/nokl_ppo_metrics.jsonl" --run "GRPO, alpha 0=$D/grpo_ppo_metrics.jsonl" --out $D/alpha_curves.png
+$PYTHON -m tools.analysis.plot_runs --run "KL loss 0.1, alpha 0=$D/ppo_metrics.jsonl.gz" --run "KL loss 0.1, alpha 0.6=$D/alpha06_ppo_metrics.jsonl.gz" \
+  --run "no KL loss, alpha 0=$D/nokl_ppo_metrics.jsonl.gz" --run "GRPO, alpha 0=$D/grpo_ppo_metrics.jsonl.gz" --out $D/alpha_curves.png
 $PYTHON -m tools.analysis.eval_table $D/eval_summary.json $D/alpha06_eval_summary.json $D/nokl_eval_summary.json $D/grpo_eval_summary.json \
   $D/data3200_eval_summary.json

@@ -15,14 +15,15 @@ OUT=$R/final SFT_ONLY=1 SFT_TIME_LIMIT= bash train.sh
 OMP_NUM_THREADS=1 OUT=$R/final_a0 SFT_FROM=$R/final bash train.sh > $R/final_a0.log 2>&1 &
 OMP_NUM_THREADS=1 OUT=$R/final_a06 SFT_FROM=$R/final EVAL_ALPHA=0.6 bash train.sh env.alpha=0.6 > $R/final_a06.log 2>&1 &
 wait
+# PPO metrics gzipped, as docs/results keeps them (tests/test_docs_budget.py); plot_runs reads .jsonl.gz
 cp $R/final/sft/metrics.jsonl $D/sft_metrics.jsonl
-cp $R/final_a0/ppo/metrics.jsonl $D/ppo_metrics.jsonl
-cp $R/final_a06/ppo/metrics.jsonl $D/alpha06_ppo_metrics.jsonl
+gzip -9nc $R/final_a0/ppo/metrics.jsonl > $D/ppo_metrics.jsonl.gz
+gzip -9nc $R/final_a06/ppo/metrics.jsonl > $D/alpha06_ppo_metrics.jsonl.gz
 cp $R/final_a0/ppo/curves.png $D/ppo_curves.png
 cp $R/final_a0/eval/summary.json $D/eval_summary.json
 cp $R/final_a06/eval/summary.json $D/alpha06_eval_summary.json
 cp $R/final_a0/eval/pareto.png $D/pareto.png
-$PYTHON -m tools.analysis.plot_runs --run "alpha 0=$D/ppo_metrics.jsonl" --run "alpha 0.6=$D/alpha06_ppo_metrics.jsonl" \
+$PYTHON -m tools.analysis.plot_runs --run "alpha 0=$D/ppo_metrics.jsonl.gz" --run "alpha 0.6=$D/alpha06_ppo_metrics.jsonl.gz" \
   --out $D/alpha_curves.png
 $PYTHON -m tools.analysis.eval_table $D/eval_summary.json $D/alpha06_eval_summary.json
 
@@ -31,7 +32,7 @@ $PYTHON -m tools.analysis.eval_table $D/eval_summary.json $D/alpha06_eval_summar
 for a in 0 0.6; do
   OMP_NUM_THREADS=1 EVAL_ALPHA=$a bash experiments/embedded_cpu/ppo_only.sh $R/final $R/fk_a$a env.alpha=$a algorithm.kl_ctrl.kl_coef=0.02 &
 done; wait
-cp $R/fk_a0/ppo/metrics.jsonl $D/kl02_ppo_metrics.jsonl; cp $R/fk_a0.6/ppo/metrics.jsonl $D/kl02_alpha06_ppo_metrics.jsonl
+gzip -9nc $R/fk_a0/ppo/metrics.jsonl > $D/kl02_ppo_metrics.jsonl.gz; gzip -9nc $R/fk_a0.6/ppo/metrics.jsonl > $D/kl02_alpha06_ppo_metrics.jsonl.gz
 cp $R/fk_a0/eval/summary.json $D/kl02_eval_summary.json; cp $R/fk_a0.6/eval/summary.json $D/kl02_alpha06_eval_summary.json
-$PYTHON -m tools.analysis.plot_runs --run "KL 0.001, alpha 0=$D/ppo_metrics.jsonl" --run "KL 0.001, alpha 0.6=$D/alpha06_ppo_metrics.jsonl" \
-  --run "KL 0.02, alpha 0=$D/kl02_ppo_metrics.jsonl" --run "KL 0.02, alpha 0.6=$D/kl02_alpha06_ppo_metrics.jsonl" --out $D/alpha_curves.png
+$PYTHON -m tools.analysis.plot_runs --run "KL 0.001, alpha 0=$D/ppo_metrics.jsonl.gz" --run "KL 0.001, alpha 0.6=$D/alpha06_ppo_metrics.jsonl.gz" \
+  --run "KL 0.02, alpha 0=$D/kl02_ppo_metrics.jsonl.gz" --run "KL 0.02, alpha 0.6=$D/kl02_alpha06_ppo_metrics.jsonl.gz" --out $D/alpha_curves.png
