@@ -10,9 +10,11 @@ route actions naming no listed model, on the test with SciGLM-6B offered. Below 
 draws by their probe share alone (no test question), how often the chosen draw meets the target; then each draw's
 other pairs (the probe's, and with CONSTRAIN=1 the constrained decodings'), each against the seen listing.
 
-Each draws/NAME holds one run_gemma_unseen.sh output (eval_seen, eval_unseen, run.txt, ...); ../think is the run before
---fallback listed, read the same way. The first ten fallback runs (fb, bk, r8s) were kept in a git-ignored runs/
-folder and their trajectories are lost: their rows are carried over from summary.json as they were summarised then.
+Each draws/NAME holds what docs/ keeps of one run_gemma_unseen.sh output: its pairs (paired_*.json), prompt templates,
+oracle/ and sft/ summaries and console (run.txt.gz); only p3d1 keeps its evaluations (eval_seen, eval_unseen, ...), and
+../think (the run before --fallback listed) is read the same way. A run without eval_unseen trajectories (the other
+draws, whose evaluations left docs/, and the first ten fallback runs fb, bk, r8s, kept in a git-ignored runs/ folder and
+lost) has its row carried over from summary.json as it was summarised then.
 """
 from __future__ import annotations
 
