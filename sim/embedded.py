@@ -81,7 +81,7 @@ def render_compact_template(registry: ModelRegistry, template_path: str | Path =
     """The compact template with {pool} filled in; {question} (and {budget}) stay for the prompt builder.
 
     build_router_prompt fills {pool} with the long descriptors, so the compact pool text is
-    baked in here and the result is passed on as a template file (sim_qa --prompt-template).
+    baked in here and the result is passed on as a template file (python -m sim.qa --prompt-template).
     """
     return fill_template(load_template(template_path), pool=compact_pool_text(registry))
 

@@ -103,7 +103,7 @@ def test_rendered_template_gives_short_prompts_with_the_question(registry, built
     assert compact_pool_text(registry) in content
     for tag in ("<think>", "<search>", "<information>", "<answer>"):
         assert tag in content
-    assert (built / "prompt_template.txt").read_text() == template  # what sim_qa must be given
+    assert (built / "prompt_template.txt").read_text() == template  # what sim.qa must be given
 
 
 # ---------------------------------------------------------------- oracle trajectories

@@ -11,7 +11,7 @@
 #   NAME_xK     a conditioned run NAME on K times the rows (K x N_ORACLE; e.g. cond_think_x2)
 # CONDS picks the conditioned runs (default cond_think cond_each), FIXED the fixed ones (default all four; empty: none,
 # to pair against an earlier run's); then greedy on the 300 test questions of docs/results/alpha_tradeoff (the same
-# sim_qa draw): fixed_A scored at A, each conditioned run told each of EVAL_ALPHAS; paired tables of told A against
+# sim.qa draw): fixed_A scored at A, each conditioned run told each of EVAL_ALPHAS; paired tables of told A against
 # fixed_A. The last stage calibrates the first of CONDS on the 100 validation questions (router_r1.calibrate, cost
 # target CALIBRATE_COST per 1,000 questions) and serves it, asking the same questions as router-r1@A for each trained A.
 # STAGES runs a subset of "data sft eval serve" (a device call lasts at most 600 s: SFTs in one call, the rest in the

@@ -38,7 +38,7 @@ def wait_for(url: str, wait_s: float) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", required=True, help="the router server's /v1 base URL")
-    p.add_argument("--data", required=True, help="a sim_qa parquet (extra_info.question, reward_model golds)")
+    p.add_argument("--data", required=True, help="a sim.qa parquet (extra_info.question, reward_model golds)")
     p.add_argument("--alphas", type=float, nargs="+", required=True, help="ask as router-r1@A for each")
     p.add_argument("--n", type=int, default=60, help="the first N questions")
     p.add_argument("--clients", type=int, default=16, help="requests in flight")

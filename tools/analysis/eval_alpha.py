@@ -86,7 +86,7 @@ def plot(summary: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True, help="test parquet (sim_qa's, with extra_info.question)")
+    p.add_argument("--data", required=True, help="test parquet (sim.qa's, with extra_info.question)")
     p.add_argument("--n", type=int, default=150, help="questions, stratified by data source")
     p.add_argument("--conditioned", required=True, help="the alpha-conditioned run's HF dir")
     p.add_argument("--fixed", action="append", default=[], metavar="ALPHA=DIR", help="a fixed-alpha run (repeatable)")

@@ -29,7 +29,7 @@ SIM_POOL = ROOT / "configs" / "pool" / "sim.yaml"
 
 
 def question_rows(tokenizer, registry: ModelRegistry, n: int, template: str | None, world_seed: int) -> list[PromptRow]:
-    """The first n held-out test questions of sim_qa's draw, prompted with `template`."""
+    """The first n held-out test questions of sim.qa's draw, prompted with `template`."""
     questions = draw_questions(SimConfig(out_dir=".", world_seed=world_seed, test_size=n, val_size=1,
                                          train_size=1))["test"]
     template = template or render_compact_template(registry)
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True, help="HF model directory (with its tokenizer unless --tokenizer)")
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: --model)")
     p.add_argument("--n", type=int, default=100, help="held-out questions")
-    p.add_argument("--data", default=None, help="a sim_qa parquet (e.g. test.parquet) instead of drawing questions")
+    p.add_argument("--data", default=None, help="a sim.qa parquet (e.g. test.parquet) instead of drawing questions")
     p.add_argument("--template", default=None, help="prompt template file (default: compact template + compact pool)")
     p.add_argument("--pool", default=str(SIM_POOL), help="pool yaml, served simulated")
     p.add_argument("--world-seed", type=int, default=0, help="seed of the simulated world (must match the data's)")
