@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "experiments").rglob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 # a repo path named in prose or code spans (docs/results/..., tools/..., verl/..., ...), up to a space, quote,
 # bracket or "::"; not one a command is told to write (--out PATH, > PATH)
-TOP = "docs|tools|verl|router_r1|gramma|configs|tests|data_process"
+TOP = "docs|tools|experiments|verl|router_r1|gramma|configs|tests|data_process"
 NAMED = re.compile(rf"(?<![\w/.-])(?<!--out )(?<!--out=)(?<!> )((?:{TOP})/[\w./*-]*[\w*])")
 
 

@@ -1,0 +1,101 @@
+"""RL against its own warm start: each arm's greedy validation EM per step and its paired test EM against the SFT model.
+
+    python -m experiments.rl_warm_start.summarize --collect /tmp/rl --records docs/results/rl_warm_start
+    python -m experiments.rl_warm_start.summarize --records docs/results/rl_warm_start     # rebuild from records
+
+--collect copies each arm's metrics (gzipped) and evaluation summary from a run of run.sh into the records; the
+table (table.md), summary.json and the plot (val_em.png) are then built from the records alone.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+from verl.trainer.tracking import read_jsonl
+
+METRICS, EVAL = "metrics.jsonl.gz", "eval_summary.json"
+# What the records keep of a step's metrics (the run keeps them all): rewards, routing, stages, the update's own.
+KEEP = ("step", "reward/mean", "em/mean", "format_ok/mean", "route_count/mean", "cost_usd/mean", "actor/", "critic/",
+        "stage/", "val/em/mean", "val/reward/mean", "val/format_ok/mean", "val/route_count/mean", "val/cost_usd/mean",
+        "val/stage/")
+
+
+def collect(run_dir: Path, records: Path) -> None:
+    """OUT/<arm>/{ppo/metrics.jsonl, eval/summary.json} -> records/<arm>/{metrics.jsonl.gz, eval_summary.json}."""
+    for arm in sorted(p.parent.parent for p in run_dir.glob("*/eval/summary.json")):
+        dest = records / arm.name
+        dest.mkdir(parents=True, exist_ok=True)
+        rows = [{k: v for k, v in r.items() if k.startswith(KEEP) and (k.endswith("/mean") or "/" not in k
+                                                                         or k.startswith(("actor/", "critic/")))}
+                for r in read_jsonl(arm / "ppo" / "metrics.jsonl")]
+        with gzip.open(dest / METRICS, "wt", compresslevel=9) as gz:
+            gz.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+        shutil.copy(arm / "eval" / "summary.json", dest / EVAL)
+
+
+def arm_summary(arm: Path) -> dict:
+    rows = read_jsonl(arm / METRICS)
+    val = [(r["step"], r["val/em/mean"]) for r in rows if "val/em/mean" in r]
+    runs = json.loads((arm / EVAL).read_text())["runs"]
+    sft, rl = runs[0], runs[-1]  # run.sh evaluates the warm start first, the RL checkpoint last
+    paired = sft["vs_router"]  # the warm start minus the RL router: negated below
+    return {"arm": arm.name, "steps": max(r["step"] for r in rows), "val_em": val,
+            "val_em_start": val[0][1], "val_em_min": min(v for _, v in val), "val_em_end": val[-1][1],
+            "test_em_sft": sft["overall"]["em"], "test_em_rl": rl["overall"]["em"],
+            "rl_minus_sft": -paired["em_diff"], "rl_minus_sft_ci95": sorted(-x for x in paired["em_diff_ci95"]),
+            "cost_rl_minus_sft_1e6": -paired["cost_diff_1e6"], "n": paired["n"]}
+
+
+def table(arms: list[dict]) -> str:
+    lines = ["| arm | steps | greedy val EM: start / lowest / end | test EM: SFT / RL | RL - SFT [95% CI] | cost RL - SFT (1e-6 USD) |",
+             "|---|---|---|---|---|---|"]
+    for a in arms:
+        lo, hi = a["rl_minus_sft_ci95"]
+        lines.append(f"| {a['arm']} | {a['steps']} | {a['val_em_start']:.2f} / {a['val_em_min']:.2f} / {a['val_em_end']:.2f} "
+                     f"| {a['test_em_sft']:.3f} / {a['test_em_rl']:.3f} | {a['rl_minus_sft']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                     f"| {a['cost_rl_minus_sft_1e6']:+.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(arms: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    for a in arms:
+        steps, ems = zip(*a["val_em"])
+        ax.plot(steps, ems, marker="o", ms=3, label=a["arm"])
+    ax.set_xlabel("PPO step")
+    ax.set_ylabel("greedy validation EM (100 questions)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--records", default="docs/results/rl_warm_start", help="records folder, one subfolder per arm")
+    p.add_argument("--collect", default=None, metavar="RUN_DIR", help="copy the arms of a run.sh output first")
+    a = p.parse_args(argv)
+    records = Path(a.records)
+    if a.collect:
+        collect(Path(a.collect), records)
+    arms = [arm_summary(d) for d in sorted(records.iterdir()) if (d / EVAL).exists()]
+    if not arms:
+        raise SystemExit(f"{records}: no arm folder with {EVAL}")
+    (records / "summary.json").write_text(json.dumps(arms, indent=1) + "\n")
+    (records / "table.md").write_text(table(arms))
+    plot(arms, records / "val_em.png")
+    print(table(arms), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
