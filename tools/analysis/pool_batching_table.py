@@ -3,9 +3,9 @@ patient runs (before and after batching) got the same pool replies.
 
     python -m tools.analysis.pool_batching_table [RUNS_DIR]      # default docs/results/pool_batching_cpu/runs
 """
+import argparse
 import gzip
 import json
-import sys
 from pathlib import Path
 
 RUNS = Path(__file__).resolve().parents[2] / "docs/results/pool_batching_cpu/runs"
@@ -18,8 +18,10 @@ def replies(runs: Path, run: str) -> dict:
     return {r["uid"]: r["turns"][0]["information"] for r in recs}
 
 
-def main(argv: list[str]) -> None:
-    runs = Path(argv[0]) if argv else RUNS
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="?", type=Path, default=RUNS, metavar="RUNS_DIR", help="one folder per run")
+    runs = p.parse_args(argv).runs
     print(f"{'run':16} {'wall s':>7} {'calls':>5} {'failed':>6} {'errors':18} {'p50 s':>6} {'p95 s':>6} {'F1':>6} "
           f"{'cost 1e-6$':>10}")
     for d in sorted(runs.iterdir()):
@@ -33,4 +35,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
