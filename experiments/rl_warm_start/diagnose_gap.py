@@ -38,7 +38,7 @@ def segment_at(text: str) -> str:
 
 
 @torch.no_grad()
-def token_stats(model, prompt: list[int], response: list[int], mask: list[int], temperature: float):
+def token_stats(model, prompt: list[int], response: list[int], temperature: float):
     """Per response token: (log-prob, is arg-max, entropy) under the model at `temperature`."""
     ids = torch.tensor([prompt + response])
     logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / temperature  # (resp, vocab)
@@ -58,13 +58,10 @@ def labels(tokenizer, response: list[int], mask: list[int]) -> list[str | None]:
     return out
 
 
-def play(env, rows, prompts, generate, sampling):
-    from verl.trainer.dataset import PromptRow
-
-    result = env.rollout([PromptRow(p, str(i), r) for i, (p, r) in enumerate(zip(prompts, rows))], generate, sampling,
-                         validate=True)
-    scores, metrics = env.score(result, [PromptRow(p, str(i), r) for i, (p, r) in enumerate(zip(prompts, rows))],
-                                validate=True)
+def play(env, rows, generate, sampling):
+    """One episode per row (PromptRow), validation mode; (the rollout, each episode's EM)."""
+    result = env.rollout(rows, generate, sampling, validate=True)
+    _, metrics = env.score(result, rows, validate=True)
     return result, np.asarray(metrics["em"], dtype=float)
 
 
@@ -85,28 +82,29 @@ def main(argv=None) -> int:
     from transformers import AutoModelForCausalLM
 
     from router_r1.runtime import episode_config, episode_env, load_policy, open_pool, tokenize_prompt, trained_env
+    from verl.trainer.dataset import PromptRow
     from verl.workers.rollout.base import SamplingParams
 
-    rows = pq.read_table(a.data).slice(0, a.limit).to_pylist()
+    records = pq.read_table(a.data).slice(0, a.limit).to_pylist()
     policy = load_policy(a.checkpoint, device="cpu", rollout="hf")
     model = AutoModelForCausalLM.from_pretrained(a.checkpoint).eval()
     env_cfg = episode_config(trained_env(a.checkpoint).env)
-    prompts = [tokenize_prompt(policy.tokenizer, r["prompt"]) for r in rows]
+    rows = [PromptRow(tokenize_prompt(policy.tokenizer, r["prompt"]), str(i), r) for i, r in enumerate(records)]
     out = {"checkpoint": a.checkpoint, "temperature": a.temperature, "top_p": a.top_p, "top_k": a.top_k, "questions": len(rows)}
     with open_pool(sim=True) as pool:
         env = episode_env(env_cfg, policy, pool)
-        greedy, greedy_em = play(env, rows, prompts, policy.generate, SamplingParams(greedy=True))
+        _, greedy_em = play(env, rows, policy.generate, SamplingParams(greedy=True))
         out["em_greedy"] = float(greedy_em.mean())
         per_seg = {s: defaultdict(float) for s in SEGMENTS}
         by_first = defaultdict(list)
         ems = []
         for k in range(a.samples):
             sampling = SamplingParams(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, seed=a.seed * 1000 + k)  # the env sets stops and length
-            res, em = play(env, rows, prompts, policy.generate, sampling)
+            res, em = play(env, rows, policy.generate, sampling)
             ems.append(em)
             for j in range(len(rows)):
                 resp, mask = res.response_ids[j], res.response_mask[j]
-                lp, top, ent = token_stats(model, res.prompt_ids[j], resp, mask, a.temperature)
+                _, top, ent = token_stats(model, res.prompt_ids[j], resp, a.temperature)
                 first = "none"
                 for seg, t, h, m in zip(labels(policy.tokenizer, resp, mask), top, ent, mask):
                     if not m:
