@@ -329,3 +329,24 @@ def test_the_router_cli_logs_one_line_per_request_and_stops_on_sigterm(trained_r
     assert len(body["router_r1"]["calls"]) == 1  # one pool call made ...
     assert "HTTP Request:" not in err and "Traceback" not in err, err[-3000:]  # ... and not logged by httpx2
     assert err.count("router-r1 alpha=") == 1 and proc.returncode == 0
+
+
+@pytest.mark.parametrize("server", ["pool", "router"])
+def test_a_body_whose_content_encoding_does_not_decode_is_a_400_logged_once(servers, quiet_log, server):
+    """Issue 45.12: gzip/deflate bodies that do not decode were a 500 with two tracebacks each (50 requests: 4,600
+    log lines)."""
+    import gzip
+    port = servers[server]
+    for encoding in (b"gzip", b"deflate"):
+        for _ in range(25):
+            status, _, body = exchange(port, _post(b"not compressed at all",
+                                                   extra=b"Content-Encoding: " + encoding + b"\r\n"))
+            assert status == 400 and body["error"]["type"] == "invalid_request_error", body
+            assert "\n" not in body["error"]["message"] and encoding.decode() in body["error"]["message"], body
+    lines = [r.getMessage() for r in quiet_log.records if r.name.startswith(("router_r1", "aiohttp"))
+             and r.levelno >= logging.WARNING]
+    assert len(lines) <= 2, lines  # one per kind per interval
+    # a body that is gzip indeed is read as JSON
+    status, _, _ = exchange(port, _post(gzip.compress(json.dumps(chat_body(server)).encode()),
+                                        extra=b"Content-Encoding: gzip\r\n"))
+    assert status == 200

@@ -184,6 +184,13 @@ def application(settings: ServerSettings, token: str | None) -> web.Application:
     return web.Application(middlewares=[json_errors, bearer_auth(token)], client_max_size=settings.max_body_bytes)
 
 
+def payload_reason(e: BaseException) -> str:
+    """aiohttp's payload error in one line: its cause's message ("Can not decode content-encoding: gzip")."""
+    text = str(e.__cause__ or e)
+    text = text.split("message:", 1)[-1]
+    return " ".join(text.split())[:200] or type(e).__name__
+
+
 def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
@@ -200,6 +207,11 @@ async def read_json(request: web.Request, settings: ServerSettings) -> object:
     except web.HTTPRequestEntityTooLarge:
         raise BadRequest(f"request body is over the server's limit of {settings.max_body_bytes} bytes",
                          status=413) from None
+    except web.RequestPayloadError as e:  # gzip/deflate that does not decode, a broken chunked encoding
+        encoding = request.headers.get("Content-Encoding")
+        if encoding:
+            raise BadRequest(f"request body does not decode as its Content-Encoding ({encoding}) says") from None
+        raise BadRequest(f"request body could not be read: {payload_reason(e)}") from None
     try:
         return json.loads(raw, parse_constant=_refuse_constant)
     except UnicodeDecodeError:
@@ -241,6 +253,15 @@ class _Connection(web.RequestHandler):
                 self._guard.note("slow head", f"closed a connection whose request head did not arrive within "
                                               f"{self._guard.settings.header_timeout_s:g} s")
         super().connection_lost(exc)
+
+    def log_exception(self, *args, exc_info=None, **kw) -> None:
+        # a body that does not decode was answered 400 by read_json; aiohttp then drains the rest of it and meets the
+        # same error again: one throttled line, not a traceback per request
+        if isinstance(exc_info, web.RequestPayloadError):
+            self._guard.note("bad payload", f"closed a connection whose request body could not be read: "
+                                            f"{payload_reason(exc_info)}")
+            return
+        super().log_exception(*args, exc_info=exc_info, **kw)
 
     def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
