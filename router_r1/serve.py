@@ -13,7 +13,9 @@ the cost weight from `"alpha": 0.6` in the body or a model name `router-r1@0.6`.
 
 A failing pool model is an observation for the router, as in training; a request fails
 (OpenAI-style error JSON) only when the router gives no answer. A bad request gets a JSON
-4xx naming the field (router_r1/pool/chat_fields.py); the limits on what a client may
+4xx naming the field (router_r1/pool/chat_fields.py), and so does a field the router cannot
+honour (`tools`, `stop`, `logprobs`, ...: NOT_HONOURED) or a question over --max-question-chars
+(413, before tokenizing; shorter ones are tokenized off the event loop); the limits on what a client may
 hold (body size, read and header timeouts, connections) are the shared HTTP layer's,
 router_r1/pool/openai_http.py. Binds 127.0.0.1 unless
 --host says otherwise; --token-env VAR requires `Authorization: Bearer $VAR`. Pool keys
@@ -51,6 +53,34 @@ from verl.workers.rollout.base import as_async
 
 log = logging.getLogger("router_r1.serve")
 MODEL_NAME = "router-r1"
+MAX_QUESTION_CHARS = 20_000  # a QA question is a few hundred characters; 3.9 MB once stalled the server and took 500 MB
+
+# The request fields of OpenAI's chat completions: those the router acts on, those it takes without effect (they
+# describe the caller, not the answer), and those it cannot honour, refused with a 400 naming them (as OpenAI refuses
+# a parameter a model does not support) unless they hold their neutral value (which asks for what it does anyway).
+HONOURED = {"model", "messages", "temperature", "top_p", "seed", "max_tokens", "max_completion_tokens", "stream",
+            "stream_options", "n", "alpha", "trace"}
+INFORMATIONAL = {"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
+                 "parallel_tool_calls"}
+NOT_HONOURED = {  # field -> (its neutral values, why it cannot be honoured)
+    "tools": ([[]], "the router answers in text and calls no client tools"),
+    "tool_choice": (["none"], "the router calls no client tools"),
+    "functions": ([[]], "the router calls no client functions"),
+    "function_call": (["none"], "the router calls no client functions"),
+    "response_format": ([{"type": "text"}], "the answer is the router's text, not constrained to a format"),
+    "logprobs": ([False], "the answer is extracted from an episode of several turns; no token logprobs are kept"),
+    "top_logprobs": ([0], "no token logprobs are kept"),
+    "stop": ([[]], "the episode's own stop tags end each turn"),
+    "frequency_penalty": ([0], "the router decodes as it was trained"),
+    "presence_penalty": ([0], "the router decodes as it was trained"),
+    "logit_bias": ([{}], "the router decodes as it was trained"),
+    "modalities": ([["text"]], "the router answers in text only"),
+    "audio": ([], "the router answers in text only"),
+    "prediction": ([], "predicted outputs are not supported"),
+    "reasoning_effort": ([], "the router's turn budget is the run's"),
+    "verbosity": ([], "the router's answer length is the run's"),
+    "web_search_options": ([], "the router searches its pool, not the web"),
+}
 
 
 @dataclass
@@ -71,8 +101,9 @@ class RouterService:
     """One loaded router, its pool and environment, shared by every request."""
 
     def __init__(self, policy: Policy, pool: Pool, rcfg: RouterEnvConfig, settings: RunSettings,
-                 name: str = MODEL_NAME, max_batch: int = 64):
+                 name: str = MODEL_NAME, max_batch: int = 64, max_question_chars: int = MAX_QUESTION_CHARS):
         self.policy, self.pool, self.settings, self.name = policy, pool, settings, name
+        self.max_question_chars = max_question_chars
         self.env = episode_env(rcfg, policy, pool)
         self.engine = as_async(policy.generate, max_batch)  # one engine: concurrent requests' turns share batches
 
@@ -87,6 +118,7 @@ class RouterService:
         """Validate a chat-completions body; BadRequest names the offending field."""
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
+        _refuse_unhonoured(body)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise BadRequest("'model' must be a non-empty string", "model")
@@ -115,10 +147,15 @@ class RouterService:
         if not users:
             raise BadRequest("'messages' holds no user message (the question)", "messages")
         question = messages[users[-1]]["content"]
+        where = f"messages[{users[-1]}].content"
         if not question.strip():
-            raise BadRequest(f"messages[{users[-1]}].content is empty", f"messages[{users[-1]}].content")
-        if body.get("n", 1) != 1:
-            raise BadRequest("only n=1 is supported", "n")
+            raise BadRequest(f"{where} is empty", where)
+        if len(question) > self.max_question_chars:  # refused before tokenizing: a huge one costs seconds and memory
+            raise BadRequest(f"{where} (the question) holds {len(question)} characters, over this server's bound of "
+                             f"{self.max_question_chars} (--max-question-chars)", where, 413, "question_too_long")
+        n = body.get("n")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, (int, float)) or n != 1):
+            raise BadRequest(f"'n' must be 1 (one choice per request), got {n!r}"[:120], "n")
         temperature = chat_fields.number(body, "temperature", 0.0, 2.0, None)
         top_p = chat_fields.number(body, "top_p", 0.0, 1.0, 1.0, lo_open=True)
         _, max_tokens = chat_fields.max_tokens(body, None)
@@ -142,7 +179,8 @@ class RouterService:
         return tokenize_prompt(self.policy.tokenizer, messages)
 
     async def answer(self, call: ChatCall) -> tuple[list[int], Answered]:
-        prompt = self.prompt_ids(call.question, call.alpha)
+        # tokenized in a worker thread: a long question on the event loop stalls every other request
+        prompt = await asyncio.get_running_loop().run_in_executor(None, self.prompt_ids, call.question, call.alpha)
         if self.policy.max_positions is not None and len(prompt) >= self.policy.max_positions:
             raise BadRequest(f"the question makes a prompt of {len(prompt)} tokens; the router's context holds "
                              f"{self.policy.max_positions}", "messages", code="context_length_exceeded")
@@ -190,6 +228,22 @@ def no_answer_error(done: Answered, ext: dict) -> web.Response:
                       "code": "router_no_answer"}, "router_r1": ext}
     # 500, but not worth a retry by the client (the openai SDK reads x-should-retry)
     return web.json_response(body, status=500, headers={"x-should-retry": "false"})
+
+
+def _refuse_unhonoured(body: dict) -> None:
+    """A 400 naming the first field the router would not honour (an unknown one, or one of NOT_HONOURED set to
+    something other than its neutral value); null counts as absent."""
+    for key, value in body.items():
+        if value is None or key in HONOURED or key in INFORMATIONAL:
+            continue
+        if key not in NOT_HONOURED:
+            raise BadRequest(f"Unrecognized request argument supplied: {key[:100]}", key[:100],
+                             code="unknown_parameter")
+        neutral, why = NOT_HONOURED[key]
+        # JSON's false is not its 0 (Python's == says it is)
+        if not any(value is n if isinstance(value, bool) or isinstance(n, bool) else value == n for n in neutral):
+            raise BadRequest(f"'{key}' is not supported by the router server: {why}; leave it out", key,
+                             code="unsupported_parameter")
 
 
 def _flag(body: dict, key: str, prefix: str = "") -> bool:
@@ -286,7 +340,7 @@ class RouterServerThread(ServerThread):
 # ---------------------------------------------------------------------------------- CLI
 
 def build_service(policy: Policy, pool: Pool, settings: RunSettings, name: str = MODEL_NAME,
-                  max_batch: int = 64) -> RouterService:
+                  max_batch: int = 64, max_question_chars: int = MAX_QUESTION_CHARS) -> RouterService:
     """The service over a loaded policy and an open pool; the episode's settings are the run's."""
     rcfg = episode_config(settings.env)
     if settings.alphas and policy.template is not None and not any(
@@ -295,7 +349,7 @@ def build_service(policy: Policy, pool: Pool, settings: RunSettings, name: str =
     probe = tokenize_prompt(policy.tokenizer, build_router_prompt("?", pool.registry, policy.template,
                                                                   alpha=settings.alpha if settings.alphas else None))
     rcfg = fit_context([probe], ["the prompt template"], policy, rcfg, log=log.warning)
-    return RouterService(policy, pool, rcfg, settings, name, max_batch)
+    return RouterService(policy, pool, rcfg, settings, name, max_batch, max_question_chars)
 
 
 @dataclass
@@ -314,6 +368,7 @@ class ServeConfig(PoolFlags, EnvOverrides):
     device: Optional[str] = None  # torch device (default: cuda if available)
     rollout: str = field(default="auto", metadata={"choices": ROLLOUTS})  # decoding backend: auto = hf_static on CUDA where the model type allows, else hf
     max_batch: int = 64  # most requests in one generate call
+    max_question_chars: int = MAX_QUESTION_CHARS  # a longer question (the last user message) gets 413 before tokenizing
     server: Optional[ServerSettings] = field(default=None, metadata={"no_flag": True})  # time, byte and connection limits per client (ServerSettings' own flags)
 
 
@@ -336,7 +391,9 @@ def serving(a: ServeConfig) -> Iterator[RouterService]:
     with a.open(env, settings.pool) as pool:
         quiet_transformers()
         policy = load_policy(ckpt, a.device, a.prompt_template, a.rollout, a.max_batch, env.constrain_names)
-        service = build_service(policy, pool, settings, a.model_name, a.max_batch)
+        if a.max_question_chars < 1:
+            raise EvalError(f"--max-question-chars must be >= 1, got {a.max_question_chars}")
+        service = build_service(policy, pool, settings, a.model_name, a.max_batch, a.max_question_chars)
         log.info("serving %s as %s; settings from %s: max_turns=%d max_obs_length=%d response_length=%d "
                  "max_response_length=%d, alphas %s; pool %s", ckpt, service.model_ids(), settings.source,
                  env.max_turns, env.max_obs_length, env.response_length, env.max_response_length,

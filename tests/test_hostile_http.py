@@ -350,3 +350,70 @@ def test_a_body_whose_content_encoding_does_not_decode_is_a_400_logged_once(serv
     status, _, _ = exchange(port, _post(gzip.compress(json.dumps(chat_body(server)).encode()),
                                         extra=b"Content-Encoding: gzip\r\n"))
     assert status == 200
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ({"tool_choice": "auto"}, "tool_choice"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"logprobs": True}, "logprobs"), ({"top_logprobs": 2}, "top_logprobs"),
+    ({"stop": ["\n"]}, "stop"), ({"stop": "."}, "stop"),
+    ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"logit_bias": {"5": 10}}, "logit_bias"),
+    ({"n": 2}, "n"), ({"n": True}, "n"), ({"n": "1"}, "n"), ({"no_such_field": 1}, "no_such_field"),
+])
+def test_the_router_refuses_fields_it_does_not_honour(servers, quiet_log, fields, param):
+    """Issue 45.14: tools, response_format, logprobs, stop ... got a 200 and were ignored."""
+    status, _, body = exchange(servers["router"], _post(json.dumps(chat_body("router", **fields)).encode()))
+    assert status == 400 and body["error"]["param"] == param, body
+    assert param in body["error"]["message"]
+
+
+@pytest.mark.parametrize("fields", [
+    {"n": 1.0}, {"n": 1}, {"logprobs": False}, {"stop": None}, {"stop": []}, {"tools": []}, {"tool_choice": "none"},
+    {"response_format": {"type": "text"}}, {"frequency_penalty": 0}, {"presence_penalty": 0.0}, {"user": "u-1"},
+    {"metadata": {"k": "v"}},
+])
+def test_neutral_or_informational_fields_are_accepted(servers, quiet_log, fields):
+    status, _, body = exchange(servers["router"], _post(json.dumps(chat_body("router", **fields)).encode()))
+    assert status == 200 and body["choices"][0]["message"]["content"] == ANSWER, body
+
+
+def test_a_question_over_the_bound_is_refused_before_tokenizing(servers, quiet_log, monkeypatch):
+    """Issue 45.13: a 3.9 MB question was tokenized on the event loop (every request stalled, +500 MB)."""
+    service = servers["service"]
+    tokenized = []
+    real = service.prompt_ids
+    monkeypatch.setattr(service, "prompt_ids", lambda q, a: tokenized.append(len(q)) or real(q, a))
+    question = "x" * (service.max_question_chars + 1)
+    status, _, body = exchange(servers["router"], _post(json.dumps(chat_body("router", messages=[
+        {"role": "user", "content": question}])).encode()))
+    assert status == 413 and body["error"]["param"] == "messages[0].content", body
+    assert str(service.max_question_chars) in body["error"]["message"] and "--max-question-chars" in body["error"]["message"]
+    assert tokenized == []
+
+
+def test_a_slow_tokenization_does_not_stall_other_requests(servers, quiet_log, monkeypatch):
+    """A question that takes long to tokenize (here a 3 s sleep inside prompt_ids, as a long text's tokenizing
+    holds the thread) must not hold up a small request sent meanwhile."""
+    import threading
+    service = servers["service"]
+    real = service.prompt_ids
+
+    def slow(question, alpha):
+        if question.startswith("SLOW"):
+            time.sleep(3.0)
+        return real(question, alpha)
+    monkeypatch.setattr(service, "prompt_ids", slow)
+    done = {}
+
+    def big():
+        exchange(servers["router"], _post(json.dumps(chat_body("router", messages=[
+            {"role": "user", "content": "SLOW " + QUESTION}])).encode()))
+        done["big"] = time.monotonic()
+    t = threading.Thread(target=big)
+    t.start()
+    time.sleep(0.3)  # the slow one is being tokenized
+    status, _, _ = exchange(servers["router"], _post(json.dumps(chat_body("router")).encode()))
+    done["small"] = time.monotonic()
+    t.join(timeout=30)
+    assert status == 200 and "big" in done and done["small"] < done["big"] - 1.0, done
