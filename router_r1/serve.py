@@ -53,6 +53,9 @@ from verl.workers.rollout.base import as_async
 
 log = logging.getLogger("router_r1.serve")
 MODEL_NAME = "router-r1"
+# finish_reason of an answer taken from an episode that broke the output format (an answer block out of place, two of
+# them, no <think> first ...): not one of OpenAI's values on purpose, so a client that expects "stop" notices
+MALFORMED = "malformed"
 MAX_QUESTION_CHARS = 20_000  # a QA question is a few hundred characters; 3.9 MB once stalled the server and took 500 MB
 
 # The request fields of OpenAI's chat completions: those the router acts on, those it takes without effect (they
@@ -195,18 +198,20 @@ class RouterService:
         pool_in = sum(c.prompt_tokens for c in done.calls)
         pool_out = sum(c.completion_tokens for c in done.calls)
         ext = {"alpha": call.alpha, "cost_usd": done.cost_usd, "latency_s": done.wall_s, "turns": ep.turn,
-               "format_ok": done.format_ok,
+               "format_ok": done.format_ok, "format_reason": done.format_reason,
                "calls": [{"model": c.model, "sub_question": c.sub_question, "ok": c.ok, "error": c.error,
                           "latency_s": c.latency_s, "cost_usd": c.cost_usd} for c in done.calls],
                "usage": {"router_prompt_tokens": router_in, "router_completion_tokens": router_out,
                          "pool_prompt_tokens": pool_in, "pool_completion_tokens": pool_out}}
         if call.trace:
             ext["trace"] = {"prompt": self.policy.tokenizer.decode(prompt, skip_special_tokens=True),
-                            "trajectory": ep.text, "format_reason": done.format_reason,
+                            "trajectory": ep.text,
                             "turns": [{k: t.get(k) for k in ("action", "model", "query", "answer", "reason", "ok",
                                                              "error", "cost_usd", "latency_s", "information")}
                                       for t in ep.turns]}
         answer, finish = (None, "stop") if done.answer is None else self.cut(done.answer, call.max_tokens)
+        if answer is not None and not done.format_ok:
+            finish = MALFORMED
         return {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
                 "model": call.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
@@ -306,7 +311,7 @@ async def stream(request: web.Request, call: ChatCall, body: dict) -> web.Stream
     await send({"role": "assistant", "content": ""})
     for piece in _pieces(answer):
         await send({"content": piece})
-    await send({}, "stop", router_r1=body["router_r1"])
+    await send({}, body["choices"][0]["finish_reason"], router_r1=body["router_r1"])
     if call.include_usage:
         await resp.write(f"data: {json.dumps({**head, 'choices': [], 'usage': body['usage']})}\n\n".encode())
     await resp.write(b"data: [DONE]\n\n")

@@ -246,3 +246,25 @@ def test_evaluation_tells_a_conditioned_checkpoint_its_alpha(ckpt, pool_server, 
                        load=load, log=lambda *_: None)
         assert prompts and all(said in p for p in prompts)  # --alpha, else the run's first alpha
         assert out["runs"][0]["overall"]["em"] == 0.5
+
+
+def test_an_answer_from_a_malformed_episode_says_so(served, client, monkeypatch):
+    """Issue 45.15: an episode that broke the output format (here an answer with no <think> before it) was a 200
+    with finish_reason "stop", the made-up answer looking like any other."""
+    from scripted import scripted
+    from verl.workers.rollout.base import as_async
+    service, _ = served
+    tok = service.policy.tokenizer
+
+    class Q:
+        question = QUESTION
+    monkeypatch.setattr(service, "engine", as_async(scripted(tok, [Q], lambda q, ctx: "<answer>Rome</answer>")))
+    r = ask(client)
+    ext = r.model_extra["router_r1"]
+    assert r.choices[0].message.content == "Rome" and r.choices[0].finish_reason == "malformed"
+    assert ext["format_ok"] is False and ext["format_reason"].startswith("start")
+    chunks = list(ask(client, stream=True))
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "malformed"
+    monkeypatch.undo()  # the trained router again: a well-formed answer stops as usual
+    r = ask(client)
+    assert r.choices[0].finish_reason == "stop" and r.model_extra["router_r1"]["format_reason"] == "ok"
