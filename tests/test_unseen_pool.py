@@ -115,6 +115,7 @@ def test_evaluation_with_and_without_the_unseen_model(tmp_path, tok, data):
     assert seen["overall"]["domain_call_share"]["science"]["share"]["Qwen2.5-7B-Instruct"] == 1.0
     assert offered["overall"]["domain_call_share"]["sports"]["share"]["LLaMA-3.1-8B-Instruct"] == 1.0
     assert f"scripted: unseen {NEW} got 1.00 of the {n_science} science calls" in logs
+    assert sum(f"unseen {NEW} got" in line for line in logs) == 1  # none from the run that was not offered it
     on_disk = json.loads((tmp_path / "all" / "summary.json").read_text())["runs"][0]
     assert on_disk["unseen"][NEW]["science"]["share"] == 1.0
     # paired over the same questions: the same EM, cheaper where the new specialist answered

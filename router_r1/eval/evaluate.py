@@ -532,6 +532,8 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
                               **report.summarize(records, models)})
             summaries[-1]["unseen"] = unseen_shares(summaries[-1]["overall"], pool.full, truth)
             for model, per in summaries[-1]["unseen"].items():
+                if model not in pool.registry:  # not offered (--include-unseen off): 0 calls, kept in summary.json
+                    continue
                 log(f"{run.label}: unseen {model} got " + ", ".join(
                     f"{v['share']:.2f} of the {v['calls']} {d} calls" for d, v in per.items()))
             if run.detail:
