@@ -452,4 +452,9 @@ def make_env(env_cfg, tokenizer, *, registry: ModelRegistry | None = None, clien
 
 
 make_env.config_class = RouterEnvConfig
+# env keys a resume may change (verl.trainer.config.training_changes): where the pool is and how it is called,
+# not what it answers; evaluation-only decoding
+RouterEnvConfig.not_training = ("pool_url", "cache_dir", "max_concurrency", "call_timeout_s", "call_deadline_s",
+                                "max_retries", "max_pool_failure_rate", "pool_failure_patience", "schedule",
+                                "overlap_min_ready", "overlap_max_wait_s", "constrain_names", "sim_seed")
 make_env.preflight = pool_problems  # the engine's preflight: the pool yaml and its key, before any model loads

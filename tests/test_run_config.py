@@ -102,9 +102,9 @@ def test_checkpoints_carry_the_prompt_template_and_resume_names_changed_keys(tmp
     for d in ("run/checkpoints/step_000001", "run/hf", "run"):
         assert (tmp_path / d / "prompt_template.txt").read_text() == template.read_text(), d
     capsys.readouterr()
-    run(config("trainer.total_steps=2", "actor.lr=3e-6"))
+    run(config("trainer.total_steps=2", "actor.lr=3e-6", "trainer.resume_changed_ok=true"))
     out = capsys.readouterr().out
-    assert "differs from the one step_000001 was saved with, in 2 key(s)" in out
+    assert "differs from the one step_000001 was saved with, in 3 key(s) (training settings among them" in out
     assert "actor.lr: 1e-06 -> 3e-06" in out and "trainer.total_steps: 1 -> 2" in out
     with pytest.raises(ValueError, match="data.prompt_template: cannot read"):
         save_run_config(config(f"data.prompt_template={tmp_path / 'missing.txt'}"), tmp_path / "x")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -118,3 +119,87 @@ def resume_newest(root: str | os.PathLike, load: Callable[[Path], None], log: Ca
     if found:
         log(f"WARNING: resume=auto found no complete checkpoint under {base}: training starts from step 0")
     return None
+
+
+class RunDirError(RuntimeError):
+    """trainer.output_dir holds a run this command would overwrite, continue with other settings, or not train."""
+
+
+RUN_MARKS = ("checkpoints", "metrics.jsonl", "rollouts.jsonl")  # what makes an output_dir a used one
+
+
+def move_aside(out_dir: str | os.PathLike, log: Callable[[str], None] = print) -> Path | None:
+    """trainer.resume=none: a used out_dir (checkpoints, metrics.jsonl or rollouts.jsonl) is renamed to the
+    sibling out_dir.old-<time>[-N] (created atomically, never an existing one) and the move is logged;
+    returns where it went, or None for an unused or missing directory. Nothing is deleted."""
+    out_dir = Path(out_dir)
+    marks = [m for m in RUN_MARKS if (out_dir / m).exists()]
+    if not marks:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        dest = out_dir.with_name(f"{out_dir.name}.old-{stamp}" + (f"-{n}" if n > 1 else ""))
+        try:
+            dest.mkdir()
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise RunDirError(f"{out_dir}: no free name to move the old run aside")
+    os.replace(out_dir, dest)  # onto the empty directory just reserved: atomic, no copy
+    log(f"trainer.resume=none: {out_dir} held a run ({', '.join(marks)}); moved it to {dest}")
+    return dest
+
+
+def verified(step_dir: Path) -> bool:
+    """Whether `verify` passes."""
+    try:
+        verify(step_dir)
+        return True
+    except CheckpointError:
+        return False
+
+
+def step_of(step_dir: Path) -> int:
+    """The training step a checkpoint directory was saved at (trainer_state.json; else its name)."""
+    try:
+        return int(json.loads((step_dir / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return int(step_dir.name.removeprefix("step_"))
+
+
+def check_resume(step_dir: Path, cfg, log: Callable[[str], None] = print) -> None:
+    """RunDirError when resuming from step_dir would train nothing (the run already reached
+    trainer.total_steps), or train on with training settings other than the checkpoint's (config.training_changes)
+    without trainer.resume_changed_ok; other differences are logged."""
+    from omegaconf import OmegaConf
+
+    from verl.trainer.config import RUN_CONFIG, config_changes, env_config_class, training_changes
+
+    t = cfg.trainer
+    step = step_of(step_dir)
+    if step >= t.total_steps and verified(step_dir):  # a damaged one would be skipped for an older one
+        raise RunDirError(
+            f"{t.output_dir} holds a finished run: {step_dir.name} is step {step}, and trainer.total_steps="
+            f"{t.total_steps} asks for nothing more. Raise trainer.total_steps to train on, set "
+            "trainer.resume=none to start a new run there (the old one is moved aside), or choose another "
+            "trainer.output_dir")
+    saved = step_dir / RUN_CONFIG
+    if not saved.is_file():
+        return
+    saved_cfg = OmegaConf.load(saved)
+    factory = OmegaConf.select(cfg, "env.factory")
+    cls = env_config_class(factory) if factory else None
+    training = training_changes(saved_cfg, cfg, getattr(cls, "not_training", ()))
+    if training and not t.get("resume_changed_ok", False):
+        raise RunDirError(
+            f"{t.output_dir}: resuming {step_dir.name} (step {step}) with other training settings than it was "
+            f"trained with, in {len(training)} key(s): " + "; ".join(training) + ". Set "
+            "trainer.resume_changed_ok=true if the change is meant, trainer.resume=none for a new run (the old "
+            "one is moved aside), or choose another trainer.output_dir")
+    changes = config_changes(saved_cfg, cfg)
+    if changes:
+        kind = "training settings among them, allowed by trainer.resume_changed_ok" if training else \
+            "no training setting among them"
+        log(f"note: the config differs from the one {step_dir.name} was saved with, in {len(changes)} key(s) "
+            f"({kind}): " + "; ".join(changes))

@@ -128,7 +128,8 @@ class TrainerConfig:
     test_freq: int = 2  # validate every N steps (0 = only the last); also before step 1 if val_before_train
     val_before_train: bool = True  # validate once before training
     output_dir: str = "outputs/smoke"  # checkpoints, metrics.jsonl, curves.png, hf/ and the run's config.yaml
-    resume: str = "auto"  # auto (latest complete checkpoint in output_dir) | none | a step directory
+    resume: str = "auto"  # auto (latest complete checkpoint in output_dir; a finished run, or one whose training settings differ, is refused: config.TRAINING_SECTIONS) | none (a fresh run: a used output_dir is moved aside to output_dir.old-<time>, named in the log) | a step directory
+    resume_changed_ok: bool = False  # resume although training settings differ from the checkpoint's run config (the keys are listed; the later steps train with the new ones)
     max_checkpoints: int = 3  # keep the newest N checkpoints (0 = all)
     export_hf: bool = True  # write the final actor as an HF model (with its tokenizer and run_config.yaml) to hf_dir
     hf_dir: Optional[str] = None  # where export_hf writes; null: output_dir/hf
@@ -258,20 +259,62 @@ def save_run_config(cfg: DictConfig, directory: str | Path) -> Path:
     return path
 
 
+def _flat(node, prefix: str = "") -> dict:
+    if isinstance(node, dict):
+        return {k: v for key, sub in node.items() for k, v in _flat(sub, f"{prefix}{key}.").items()} or \
+            {prefix[:-1]: {}}
+    return {prefix[:-1]: node}
+
+
 def config_changes(saved: DictConfig, current: DictConfig) -> list[str]:
     """'key: old -> new' for every key whose value differs between two run configs (a key only one has
     counts as changed), in key order."""
-    def flat(node, prefix="") -> dict:
-        if isinstance(node, dict):
-            return {k: v for key, sub in node.items() for k, v in flat(sub, f"{prefix}{key}.").items()} or \
-                {prefix[:-1]: {}}
-        return {prefix[:-1]: node}
-
-    old = flat(OmegaConf.to_container(saved, resolve=True))
-    new = flat(OmegaConf.to_container(current, resolve=True))
+    old = _flat(OmegaConf.to_container(saved, resolve=True))
+    new = _flat(OmegaConf.to_container(current, resolve=True))
     missing = "(absent)"
     return [f"{k}: {old.get(k, missing)} -> {new.get(k, missing)}" for k in sorted(old.keys() | new.keys())
             if old.get(k, missing) != new.get(k, missing)]
+
+
+# Training settings: the keys that change what the weights become. A resume whose value of one differs from
+# the checkpoint's run config is refused unless trainer.resume_changed_ok (the other keys, logging, paths,
+# validation, throughput, may change freely, and are listed). Every key of these sections counts, except
+# NOT_TRAINING and the keys an environment's config class names in its `not_training` (where its pool is,
+# timeouts, concurrency).
+TRAINING_SECTIONS = ("data", "model", "actor", "critic", "ref", "rollout", "algorithm", "env")
+TRAINING_TRAINER_KEYS = ("trainer.mode", "trainer.seed", "trainer.off_policy_steps", "trainer.max_staleness")
+NOT_TRAINING = (
+    "data.val_files", "data.val_batch_size", "data.val_limit",  # validation reads the weights, never writes them
+    "rollout.val_greedy", "rollout.val_temperature",
+    # engine and memory knobs: the same episodes, faster or slower
+    "rollout.device", "rollout.max_batch_size", "rollout.max_model_len", "rollout.cuda_graph", "rollout.compile",
+    "rollout.gpu_memory_utilization", "rollout.tensor_parallel_size", "rollout.enforce_eager",
+    "rollout.enable_sleep_mode", "rollout.sleep_level", "model.gradient_checkpointing", "model.compile",
+)
+
+
+def _schedule_length_matters(cfg: DictConfig) -> bool:
+    # trainer.total_steps shapes the lr only through a cosine schedule or a warmup given as a ratio
+    # (verl/workers/fsdp_worker.lr_schedule); otherwise more steps is simply a longer run.
+    actor = OmegaConf.select(cfg, "actor") or {}
+    return actor.get("lr_schedule") == "cosine" or (bool(actor.get("warmup_ratio")) and not actor.get("warmup_steps"))
+
+
+def training_changes(saved: DictConfig, current: DictConfig, not_training: tuple[str, ...] = ()) -> list[str]:
+    """The training settings (TRAINING_SECTIONS) whose value differs, as 'key: old -> new'; `not_training`
+    adds env keys (without the `env.` prefix) that do not count."""
+    skip = set(NOT_TRAINING) | {f"env.{k}" for k in not_training}
+    keys = set(TRAINING_TRAINER_KEYS)
+    if _schedule_length_matters(saved) or _schedule_length_matters(current):
+        keys |= {"trainer.total_steps"}
+    out = []
+    for line in config_changes(saved, current):
+        key = line.split(":", 1)[0]
+        if key in skip:
+            continue
+        if key.split(".", 1)[0] in TRAINING_SECTIONS or key in keys:
+            out.append(line)
+    return out
 
 
 def find_run_config(checkpoint: str | Path) -> Path | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verl.trainer import preflight
+from verl.trainer import checkpoint, preflight
 from verl.trainer.config import CONFIG_DIR, check_env_config, register_configs, save_run_config
 from verl.trainer.dataset import PromptDataset
 from verl.trainer.dist import Dist
@@ -212,6 +212,7 @@ def run(cfg: DictConfig) -> dict:
                             limit=d.val_limit, row_check=check) if d.val_files else None
         resolve_total_steps(cfg, len(train) // d.train_batch_size)
     backend = pick_backend(cfg)
+    check_output_dir(cfg)  # before the models load: a refused resume costs a second, not a model load
     groups, dist = build_groups(cfg, tokenizer, backend)
     is_main = dist is None or dist.rank == 0
     if is_main:
@@ -241,6 +242,22 @@ def run(cfg: DictConfig) -> dict:
     return last
 
 
+def check_output_dir(cfg: DictConfig) -> None:
+    """trainer.resume=none moves a used output_dir aside (rank 0); otherwise the checkpoint a resume would start
+    from is checked (checkpoint.check_resume: RunDirError for a finished run or changed training settings).
+    The trainer checks the checkpoint it really loads again."""
+    t = cfg.trainer
+    resume = str(t.resume)
+    if resume == "none":
+        if int(os.environ.get("RANK", "0")) == 0:
+            checkpoint.move_aside(t.output_dir, lambda msg: print(msg, flush=True))
+        return
+    candidates = checkpoint.step_dirs(t.output_dir)[-1:] if resume == "auto" else [Path(resume)]
+    for step_dir in candidates:
+        if (step_dir / checkpoint.MANIFEST).is_file():
+            checkpoint.check_resume(step_dir, cfg, log=lambda msg: None)
+
+
 def summary(metrics: dict, cfg: DictConfig, stopped: str = "done") -> str:
     """The end-of-run table: the console fields over the whole run (metrics.jsonl), else the last step's;
     a run that stopped before its planned steps says why in the first line."""
@@ -256,7 +273,7 @@ def summary(metrics: dict, cfg: DictConfig, stopped: str = "done") -> str:
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg)
-    except preflight.PreflightError as e:
+    except (preflight.PreflightError, checkpoint.RunDirError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 

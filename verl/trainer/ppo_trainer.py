@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 from torch.distributed.checkpoint.api import CheckpointException
 from tqdm import tqdm
 
@@ -33,12 +32,12 @@ from verl.protocol import DataProto
 from verl.trainer import checkpoint
 from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
-from verl.trainer.config import RUN_CONFIG, config_changes, save_run_config
+from verl.trainer.config import save_run_config
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env_interface import Env, RolloutResult, pick_episodes
 from verl.trainer.rollout_schedule import make_schedule
 from verl.trainer.sft_data import SFTSet, collate
-from verl.trainer.tracking import Tracker, on_terminal, plot_curves, timer, trim_jsonl
+from verl.trainer.tracking import Tracker, _plain, on_terminal, plot_curves, read_jsonl, timer, trim_jsonl
 from verl.workers.fsdp import CheckpointError
 from verl.workers.rollout.base import AsyncRolloutBackend, GenOutput, SamplingParams
 
@@ -481,7 +480,9 @@ class PPOTrainer:
         return out
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self) -> Path:
+    def save(self, metrics: dict | None = None) -> Path:
+        """Save this step's checkpoint; `metrics` (the step's metrics.jsonl row) rides in trainer_state.json, so
+        a kill between the manifest and the row loses nothing (`_restore_row`)."""
         step_dir = self.out_dir / "checkpoints" / f"step_{self.global_step:06d}"
         if self.is_main:
             shutil.rmtree(step_dir, ignore_errors=True)
@@ -494,8 +495,9 @@ class PPOTrainer:
             state = {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value, "sft_tokens": self.sft_tokens,
                      **self.schedule.state_dict()}
             torch.save(state, step_dir / "trainer_state.pt")
+            row = {k: _plain(v) for k, v in (metrics or {}).items()}
             (step_dir / "trainer_state.json").write_text(json.dumps(
-                {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value}))
+                {"global_step": self.global_step, "kl_coef": self.kl_ctrl.value, "metrics": row}, default=str))
             save_run_config(self.cfg, step_dir)  # evaluation reads the shape the run trained with
             checkpoint.write_manifest(step_dir, self.global_step)  # last: its presence means complete
             self._prune()
@@ -544,25 +546,45 @@ class PPOTrainer:
         skipped); a step directory: that one, or CheckpointError naming what is wrong with it."""
         mode = str(self.cfg.trainer.resume)
         log = (lambda msg: print(msg, flush=True)) if self.is_main else (lambda msg: None)
+        def load(step_dir: Path) -> None:  # refused before any weight is read
+            checkpoint.check_resume(step_dir, self.cfg, log if self.is_main else (lambda msg: None))
+            self._load(step_dir)
+
         if mode == "none":
             step_dir = None
         elif mode == "auto":
-            step_dir = checkpoint.resume_newest(self.out_dir, self._load, log, check=self._verify)
+            step_dir = checkpoint.resume_newest(self.out_dir, load, log, check=self._verify)
         else:
             step_dir = Path(mode)
             self._verify(step_dir)
-            self._load(step_dir)
+            load(step_dir)
         if self.is_main:  # the killed run's rows of the steps about to be redone
             for path in (self.out_dir / "metrics.jsonl", self.out_dir / "rollouts.jsonl"):
                 if trim_jsonl(path, self.global_step):
                     log(f"{path}: dropped the rows after step {self.global_step} (they are redone)")
         if step_dir is not None:
             log(f"resumed from {step_dir} (step {self.global_step})")
-            saved = step_dir / RUN_CONFIG
-            changes = config_changes(OmegaConf.load(saved), self.cfg) if saved.is_file() else []
-            if changes:  # some are meant (more steps), some are not (another lr): the user reads which
-                log(f"WARNING: the config differs from the one {step_dir.name} was saved with, in "
-                    f"{len(changes)} key(s): " + "; ".join(changes))
+            if self.is_main:
+                self._restore_row(step_dir, log)
+
+    def _restore_row(self, step_dir: Path, log) -> None:
+        """A kill after a checkpoint's manifest and before its metrics row: the row is logged again from the
+        checkpoint's trainer_state.json; any other step without a row is named in a warning."""
+        if self.tracker is None or "jsonl" not in self.tracker.sinks:
+            return
+        path = self.tracker.jsonl_path
+        logged = {r.get("step") for r in read_jsonl(path)} if path.exists() else set()
+        if self.global_step not in logged:
+            row = json.loads((step_dir / "trainer_state.json").read_text()).get("metrics")
+            if row:
+                self.tracker.log(row, self.global_step, self.cfg.trainer.total_steps)
+                logged.add(self.global_step)
+                log(f"{path}: step {self.global_step}'s row was missing (a kill after its checkpoint); "
+                    f"logged it again from {step_dir.name}/trainer_state.json")
+        missing = [s for s in range(1, self.global_step + 1) if s not in logged]
+        if missing:
+            log(f"WARNING: {path} has no row for step(s) {_ranges(missing)} (up to the resumed step "
+                f"{self.global_step}): those metrics are lost")
 
     # ------------------------------------------------------------------ main loop
     @property
@@ -609,7 +631,7 @@ class PPOTrainer:
                 metrics.update(self.validate())
             if is_last or (t.save_freq and step % t.save_freq == 0):
                 self.schedule.wait()
-                self.save()
+                self.save(metrics)
             self._log(metrics, step)
             if self.mode == "sft":
                 bar.set_postfix(loss=f"{metrics.get('actor/sft_loss', float('nan')):.3f}")
@@ -649,6 +671,16 @@ class PPOTrainer:
                    "final_loss": sum(recent) / max(1, len(recent)), "tokens": self.sft_tokens,
                    "tokens_per_s": self.sft_tokens / max(train_s, 1e-9), "train_s": train_s, "stopped": self.stopped}
         (self.out_dir / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _ranges(steps: list[int]) -> str:
+    """[1, 2, 3, 5] -> '1-3, 5'."""
+    out, start = [], steps[0]
+    for prev, cur in zip(steps, steps[1:] + [None]):
+        if cur != prev + 1:
+            out.append(f"{start}-{prev}" if prev > start else str(start))
+            start = cur
+    return ", ".join(out)
 
 
 def _skipped_update(metrics: dict) -> bool:
