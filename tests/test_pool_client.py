@@ -132,8 +132,18 @@ HOSTILE = {
     "bigusage": lambda r, q: _raw(_completion("four", '{"prompt_tokens": ' + str(10**30) + ', "completion_tokens": '
                                                       + str(10**30) + '}').encode()),
     "leaky": lambda r, q: _error_async(500, "x" * 251 + r.headers["Authorization"].split()[-1] + " echoed"),
+    "mangler": lambda r, q: _error_async(500, _mangled(r.headers["Authorization"])),
     "drip": _drip,
 }
+
+
+def _mangled(header: str) -> str:
+    """The Authorization header's key echoed in the forms a careless server might use."""
+    import base64
+    key = header.split()[-1]
+    return " | ".join([key.upper(), key.lower(), key[::-1], key.title(), base64.b64encode(header.encode()).decode(),
+                       base64.b64encode(("user:" + key).encode()).decode(), base64.urlsafe_b64encode(key.encode()).decode(),
+                       key.encode().hex()])
 
 
 async def _no_models(request: web.Request) -> web.Response:
@@ -451,6 +461,21 @@ def test_a_key_echoed_across_the_cut_of_the_error_text_does_not_leak(server, cap
     assert KEY[:6] not in caplog.text
 
 
+def test_a_key_echoed_encoded_re_cased_or_reversed_does_not_leak(server, caplog):
+    """Issue 45.16: only the exact key was redacted; base64, upper-cased and reversed echoes reached the log."""
+    import base64
+    with fast_client(server, max_retries=0) as client, caplog.at_level(logging.DEBUG):
+        [r] = client.route([RouteRequest("Mangler-Model", "q")])
+    assert r.error == "server_error" and "giving up" in caplog.text and "***" in caplog.text
+    text = caplog.text.lower()
+    core = KEY[3:-3]  # each form's middle, which every encoding of it carries whatever the alignment
+    for form in (core, core[::-1], core.encode().hex(), base64.b64encode(KEY.encode()).decode()[4:-8]):
+        assert form.lower() not in text, form
+    for prefix in ("", "B", "Be", "Bearer ", "user:"):  # base64 of the key behind any prefix
+        enc = base64.b64encode((prefix + KEY).encode()).decode()
+        assert enc[len(prefix) * 4 // 3 + 4:-8].lower() not in text, prefix
+
+
 def test_cut_and_capped_calls_reach_the_turn_record_and_the_step_metrics(server):
     from router_r1.episodes.episode import Episode, TurnRules
     from router_r1.pool.health import PoolHealth
@@ -472,6 +497,21 @@ def test_cut_and_capped_calls_reach_the_turn_record_and_the_step_metrics(server)
     assert [(t["cut"], t["usage_capped"]) for t in ep.turns] == [(True, False), (False, True), (False, False)]
     metrics = PoolHealth().observe([ep.turns], validate=False)
     assert (metrics["pool/cut"], metrics["pool/usage_capped"]) == ([1.0], [1.0])
+
+
+def test_an_evaluation_says_how_many_usage_blocks_it_capped(tmp_path, capsys):
+    """Issue 45.16: capped usage was flagged per call and per training step, but not in an evaluation's summary."""
+    from sim.qa import SimConfig, build_sim
+    from router_r1.eval.evaluate import main as evaluate_main
+
+    build_sim(SimConfig(out_dir=tmp_path / "data", train_size=1, val_size=1, test_size=4))
+    with ScriptedServer(every="bigusage") as srv:
+        code = evaluate_main(["--data", str(tmp_path / "data" / "test.parquet"), "--pool", "configs/pool/sim.yaml",
+                              "--pool-url", srv.url, "--skip-router", "--baseline", "single:LLaMA-3.1-8B-Instruct",
+                              "--out", str(tmp_path / "out")])
+    assert code == 0, capsys.readouterr().err
+    overall = json.loads((tmp_path / "out" / "summary.json").read_text())["runs"][0]["overall"]
+    assert (overall["pool_calls"], overall["pool_usage_capped"], overall["pool_cut"]) == (4, 4, 0)
 
 
 @pytest.mark.parametrize("reply", ["deep", "latin1"])

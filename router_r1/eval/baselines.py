@@ -112,7 +112,7 @@ def calls_episode(calls: list[tuple[str, str, str, PoolResult]], max_obs_length:
                       "action": "route", "model": model, "query": query, "answer": None, "reason": None,
                       "ok": result.ok, "error": result.error, "cost_usd": result.cost_usd,
                       "latency_s": result.latency_s, "server_s": result.server_s, "information": result.text,
-                      "cached": result.cached})
+                      "cached": result.cached, "cut": result.cut, "usage_capped": result.usage_capped})
     text += f"<answer>{answer}</answer>"
     turns.append({"generated": None, "action": "answer", "model": None, "query": None, "answer": answer,
                   "reason": "first sentence of the last reply"})

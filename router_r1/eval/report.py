@@ -6,7 +6,9 @@ reward, route_count, pool_failures, hit_budget, models_called, and `turns` (a po
 turn carries ok, error, latency_s, cached).
 
 Pool health is reported per call, not per question: `pool_failure_rate` = failed calls /
-calls, `pool_errors` counts the failures by kind, and `pool_latency_p50_s` / `p95` (the
+calls, `pool_errors` counts the failures by kind, `pool_cut` / `pool_usage_capped` the replies cut at
+`env.max_reply_chars` and those whose usage block claimed more than the call could use (counted at the
+bound; router_r1/pool/client.py), and `pool_latency_p50_s` / `p95` (the
 table's `call p50` / `call p95`) are over the calls that went to the pool (cache hits left
 out; a failed call counts with the time it took to fail). That is the call's time as the
 client saw it: waiting for a connection slot, every attempt and the backoff between, so a
@@ -51,7 +53,8 @@ def pool_health(trajs: list[dict]) -> dict:
     own time p50/p95 of the calls made over HTTP."""
     st = call_stats([t.get("turns", []) for t in trajs])
     return {"pool_calls": st["calls"], "pool_failed": st["failed"], "pool_failure_rate": st["failure_rate"],
-            "pool_errors": st["errors"], "pool_latency_p50_s": st["latency_p50_s"],
+            "pool_errors": st["errors"], "pool_cut": st["cut"], "pool_usage_capped": st["usage_capped"],
+            "pool_latency_p50_s": st["latency_p50_s"],
             "pool_latency_p95_s": st["latency_p95_s"], "pool_server_p50_s": st["server_p50_s"],
             "pool_server_p95_s": st["server_p95_s"]}
 

@@ -44,6 +44,7 @@ import httpx2  # the HTTP library under openai's SDK: a body read by us raises i
 import openai
 
 from router_r1.pool.cache import CachedReply, ResponseCache, cache_key
+from router_r1.pool.redact import redact
 from router_r1.pool.messages import clean_text, submodel_messages
 from router_r1.pool.registry import ModelRegistry, ModelSpec
 
@@ -360,8 +361,7 @@ class PoolClient:
     def _give_up(self, spec: ModelSpec, kind: str, attempts: int, t0: float, exc: BaseException | None,
                  api_key: str) -> PoolResult:
         detail = "" if exc is None else f"{type(exc).__name__}: {exc}"
-        if api_key and api_key != "EMPTY":  # a server might echo the header back
-            detail = detail.replace(api_key, "***")
+        detail = redact(detail, api_key)  # a server might echo the header back, also encoded or re-cased
         detail = detail[:300]  # after redacting: a key across the cut would keep its first characters
         log.warning("pool %s: giving up after %d attempt(s): %s %s", spec.name, attempts, kind, detail)
         return PoolResult.failure(kind, model=spec.name, attempts=attempts, latency_s=time.monotonic() - t0)
