@@ -397,3 +397,43 @@ def test_a_dead_pool_ends_the_evaluation_with_exit_3_and_says_why(tmp_path, data
         assert evaluate_main([*args, "--pool-url", alive.url, "--call-deadline-s", "60"]) == 0
     out = capsys.readouterr().out
     assert re.search(r" overall .* 0\.00 +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d$", out, re.M), out  # call p50, p95, srv p50
+
+
+def test_a_failed_evaluation_keeps_the_previous_outputs(tmp_path, tok, data):
+    """The first run's outputs stay whole when a later evaluation into the same --out fails part way."""
+    test_file, truth = data
+    policy = Policy(tok, Scripted(tok, answer=lambda q: truth[q][0][0]))
+    run_eval(tmp_path, test_file, policy, checkpoints=["s"], batch_size=4)
+    out = tmp_path / "out"
+    before = {n: (out / n).read_bytes() for n in ("summary.json", "trajectories.jsonl", "pareto.png")}
+
+    def load(checkpoint):
+        if checkpoint == "broken":
+            raise EvalError("broken: cannot load")
+        return policy
+
+    cfg = EvalConfig(data=[str(test_file)], sim=True, out=str(out), max_obs_length=200, response_length=64,
+                     max_response_length=1024, schedule="sync", checkpoints=["s", "broken"], batch_size=4)
+    with pytest.raises(EvalError, match="broken: cannot load"):
+        evaluate(cfg, load=load, log=lambda msg: None)
+    assert {n: (out / n).read_bytes() for n in before} == before
+    partial = (out / "trajectories.jsonl.partial").read_text().splitlines()
+    assert len(partial) == len(truth)  # the run that finished is kept beside them
+
+
+def test_evaluations_in_the_same_second_get_a_directory_each(tmp_path, tok, data, monkeypatch):
+    test_file, truth = data
+    monkeypatch.chdir(tmp_path)
+    import time
+
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20250101-000000")  # one second for both
+    policy = Policy(tok, Scripted(tok, answer=lambda q: truth[q][0][0]))
+    dirs = []
+    for _ in range(2):
+        cfg = EvalConfig(data=[str(test_file)], sim=True, max_obs_length=200, response_length=64,
+                         max_response_length=1024, schedule="sync", checkpoints=["s"], batch_size=4)
+        dirs.append(Path(evaluate(cfg, load=lambda c: policy, log=lambda msg: None)["out_dir"]))
+    assert [d.name for d in dirs] == ["20250101-000000", "20250101-000000-2"]
+    for d in dirs:
+        assert json.loads((d / "summary.json").read_text())["runs"][0]["overall"]["n"] == len(truth)
+        assert len((d / "trajectories.jsonl").read_text().splitlines()) == len(truth)

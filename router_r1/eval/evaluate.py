@@ -24,7 +24,9 @@ sampled runs (--temperature T --seed S) default to the sync schedule, which repr
 the generate calls then come in a fixed order and call k samples with seed (S, k).
 
 Without --pool (or with --sim) the simulated pool is served in-process on 127.0.0.1.
-Writes summary.json, trajectories.jsonl and pareto.png under --out and prints a table.
+Writes summary.json, trajectories.jsonl and pareto.png under --out (default: a new
+outputs/eval/<time>[-N] of its own) and prints a table; each replaces the old file only when
+the whole evaluation succeeded (a failed one leaves its finished runs in trajectories.jsonl.partial).
 Bad input (a missing file, column or checkpoint, an unreachable pool) ends with a
 one-line error naming it and exit code 2. A run whose pool calls failed more often than
 --max-pool-failure-rate (default 0.2) has its outputs written, then ends the evaluation
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import glob
 import math
+import os
 import re
 import sys
 import time
@@ -211,7 +214,7 @@ class EvalConfig(PoolFlags, EnvOverrides, Decoding):
     baselines: list[str] = field(default_factory=list, metadata={"flag": "--baseline", "append": True})  # direct | largest:NAME | prompt-llm | single:NAME | all-singles | oracle | oracle-hops | knn | mlp | routers (the last four) | all (all-singles and routers); repeatable
     skip_router: bool = False  # run only the baselines (checkpoints then serve direct / prompt-llm)
     batch_size: int = 64  # rows per generate call
-    out: Optional[str] = None  # output dir (default: outputs/eval/<time>)
+    out: Optional[str] = None  # output dir (default: a new outputs/eval/<time>, -2, -3... when that second is taken); its files are replaced only when the evaluation succeeds
     limit: Optional[int] = None  # first N rows of each file
     device: Optional[str] = None  # torch device (default: cuda if available)
     rollout: str = field(default="auto", metadata={"choices": ROLLOUTS})  # decoding backend: auto = hf_static on CUDA where the model type allows, else hf
@@ -496,7 +499,6 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     load = load or (lambda c: quiet_transformers() or load_policy(c, cfg.device, cfg.prompt_template, cfg.rollout,
                                                                   cfg.batch_size, cfg.constrain_names))
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    out_dir = Path(cfg.out or Path("outputs") / "eval" / time.strftime("%Y%m%d-%H%M%S"))
     if not 0.0 <= cfg.max_pool_failure_rate <= 1.0:
         raise EvalError(f"--max-pool-failure-rate must be in [0, 1], got {cfg.max_pool_failure_rate}")
     if not (cfg.call_timeout_s > 0 and cfg.call_deadline_s > 0 and cfg.max_concurrency >= 1):
@@ -510,8 +512,10 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
                 log(f"WARNING: {mismatch}")
         train = train_rows_for(cfg, files) if any(r.kind in ("knn", "mlp") for r in runs) else None
         truth = answer_key(pool.full, cfg.sim_seed)  # None for a pool without a world: world-free stages
+        out_dir = Path(cfg.out) if cfg.out else new_eval_dir(Path("outputs") / "eval")
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "trajectories.jsonl").write_text("")
+        partial = out_dir / PARTIAL  # trajectories.jsonl is replaced only when the whole evaluation succeeds
+        partial.write_text("")
         summaries, loaded, paired = [], (None, None), {}
         for run in runs:
             if run.checkpoint is not None and loaded[0] != run.checkpoint:
@@ -538,7 +542,7 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
                     f"{v['share']:.2f} of the {v['calls']} {d} calls" for d, v in per.items()))
             if run.detail:
                 log(f"{run.label}: {run.detail}")
-            report.write_jsonl(out_dir / "trajectories.jsonl", records, append=True)  # kept if a later run fails
+            report.write_jsonl(partial, records, append=True)  # kept if a later run fails
             paired[run.label] = [{k: r[k] for k in ("uid", "em", "cost_usd")} for r in records]
             o = summaries[-1]["overall"]
             log(f"{run.label}: {len(records)} questions in {wall:.1f}s, EM {o['em']:.3f}, pool calls "
@@ -547,13 +551,35 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     compare_with_router(summaries, paired)
     summary = {"created": started, "data": [str(p) for p in files], "pool": where,
                "config": asdict(cfg), "notes": NOTES, "runs": summaries}
-    report.write_json(out_dir / "summary.json", summary)
-    report.plot_pareto(summaries, out_dir / "pareto.png")
+    tmp = out_dir / "summary.json.tmp"
+    report.write_json(tmp, summary)
+    os.replace(partial, out_dir / "trajectories.jsonl")  # the two together: a summary beside its own trajectories
+    os.replace(tmp, out_dir / "summary.json")
+    report.plot_pareto(summaries, out_dir / "pareto.tmp.png")
+    os.replace(out_dir / "pareto.tmp.png", out_dir / "pareto.png")
     log(report.format_table(summaries))
     log(f"wrote {out_dir / 'summary.json'}, {out_dir / 'trajectories.jsonl'}, {out_dir / 'pareto.png'}")
     summary["out_dir"] = str(out_dir)
     check_pool_health(summaries, cfg)
     return summary
+
+
+PARTIAL = "trajectories.jsonl.partial"  # a failed evaluation's finished runs; the previous outputs stay as they were
+
+
+def new_eval_dir(root: Path) -> Path:
+    """root/<YYYYmmdd-HHMMSS>, or -2, -3, ... when another evaluation took that second: created here
+    (mkdir fails on an existing one), so two evaluations never share a directory."""
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 10_000):
+        path = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise EvalError(f"{root}: no free directory name for {stamp}")
 
 
 def unseen_shares(overall: dict, full: ModelRegistry, truth: Truth | None) -> dict:
