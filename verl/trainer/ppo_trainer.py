@@ -543,7 +543,8 @@ class PPOTrainer:
 
     def resume(self) -> None:
         """resume=auto: the newest checkpoint that verifies and loads (damaged ones are reported and
-        skipped); a step directory: that one, or CheckpointError naming what is wrong with it."""
+        skipped); a step directory: that one, or CheckpointError naming what is wrong with it. Either way
+        RunDirError for a finished run or changed training settings (checkpoint.check_resume)."""
         mode = str(self.cfg.trainer.resume)
         log = (lambda msg: print(msg, flush=True)) if self.is_main else (lambda msg: None)
         def load(step_dir: Path) -> None:  # refused before any weight is read
