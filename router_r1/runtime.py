@@ -258,11 +258,25 @@ def load_policy(checkpoint: str | Path, device: str | None = None, template_file
     from verl.workers.rollout import build_rollout
     from verl.workers.rollout.static_rollout import SUPPORTED_TYPES
 
+    from verl.utils.export_manifest import ExportError, nonfinite_weight, verify
+
     try:
+        verify(path)  # the export's manifest: every weight file whole and unchanged
         tokenizer = load_tokenizer(str(path))
         model = AutoModelForCausalLM.from_pretrained(path)
-    except (OSError, ValueError) as e:
-        raise EvalError(f"{path}: cannot load the checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+    except ExportError as e:
+        raise EvalError(f"damaged checkpoint: {e}") from e
+    except Exception as e:
+        why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+        if type(e).__name__ == "SafetensorError":  # a cut or damaged file; safetensors' error names no file
+            files = " or ".join(str(p) for p in sorted(path.glob("*.safetensors")))
+            raise EvalError(f"cannot read the weights in {files} ({why})") from e
+        if not isinstance(e, (OSError, ValueError)):
+            raise
+        raise EvalError(f"{path}: cannot load the checkpoint ({why})") from e
+    if (bad := nonfinite_weight(model)) is not None:
+        raise EvalError(f"{path}: weight {bad} holds NaN or inf (the run diverged, or the file was damaged); "
+                        "this checkpoint cannot route")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if rollout == "auto" and constrain_names:
         rollout = "hf"

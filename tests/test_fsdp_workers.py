@@ -289,6 +289,8 @@ def test_export_hf_loads_with_identical_logits(tmp_path):
         torch.testing.assert_close(loaded(ids).logits, worker.model(ids).logits, atol=1e-6, rtol=1e-6)
     reloaded = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     assert reloaded("10:30 <answer>").input_ids == tok("10:30 <answer>").input_ids
+    from verl.utils.export_manifest import verify
+    assert {"model.safetensors", "config.json"} <= set(verify(tmp_path / "hf")["files"])  # the manifest, checked
 
 
 # -------------------------------------------------------------------- critic

@@ -17,6 +17,7 @@ from verl.algos.losses import agg_loss, entropy_from_logits, kl_loss, logprobs_f
 from verl.algos.masked import masked_mean
 from verl.protocol import DataProto
 from verl.single_controller.base import register
+from verl.utils.export_manifest import write_manifest
 from verl.workers import fsdp
 from verl.workers.config import WorkerConfig
 from verl.workers.fsdp_worker import FSDPWorker
@@ -231,4 +232,5 @@ class ActorWorker(FSDPWorker):
                 warnings.warn(f"export_hf: no tokenizer configured; {path} holds the model only")
             else:
                 tokenizer.save_pretrained(path)
+            write_manifest(path)  # last: load_policy checks every file against it
         self.barrier()
