@@ -53,3 +53,20 @@ def test_streaming_summary_reproduces_the_h200_record(tmp_path):
     out = run("experiments.streaming.summarize", tmp_path)
     assert (tmp_path / "summary.json").read_bytes() == (rec / "summary.json").read_bytes()
     assert out.splitlines()[:-1] == (rec / "summary.txt").read_text().splitlines()[:-1]  # but the plots' paths
+
+
+def test_rl_warm_start_summary_reproduces_its_table(tmp_path):
+    records = ROOT / "docs/results/rl_warm_start"
+    here = tmp_path / "rl_warm_start"
+    shutil.copytree(records, here)
+    out = run("experiments.rl_warm_start.summarize", "--records", here)
+    assert out == (records / "table.md").read_text() == (here / "table.md").read_text()
+    assert (here / "summary.json").read_bytes() == (records / "summary.json").read_bytes()
+    # the warm start's test EM of one arm halved: that arm's row, and only it, changes
+    summary = here / "lr3e-4/eval_summary.json"
+    record = json.loads(summary.read_text())
+    record["runs"][0]["overall"]["em"] /= 2
+    summary.write_text(json.dumps(record))
+    run("experiments.rl_warm_start.summarize", "--records", here)
+    changed = [a for a, b in zip((here / "table.md").read_text().splitlines(), out.splitlines()) if a != b]
+    assert len(changed) == 1 and changed[0].startswith("| lr3e-4 ")

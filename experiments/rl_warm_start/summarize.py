@@ -17,10 +17,15 @@ from pathlib import Path
 from verl.trainer.tracking import read_jsonl
 
 METRICS, EVAL = "metrics.jsonl.gz", "eval_summary.json"
-# What the records keep of a step's metrics (the run keeps them all): rewards, routing, stages, the update's own.
-KEEP = ("step", "reward/mean", "em/mean", "format_ok/mean", "route_count/mean", "cost_usd/mean", "actor/", "critic/",
-        "stage/", "val/em/mean", "val/reward/mean", "val/format_ok/mean", "val/route_count/mean", "val/cost_usd/mean",
-        "val/stage/")
+# What the records keep of a step's metrics (the run keeps them all): the update's own, and the means of the
+# rewards, routing and stages, sampled and greedy (val/).
+UPDATE = ("actor/", "critic/")
+MEANS = ("reward/", "em/", "format_ok/", "route_count/", "cost_usd/", "stage/")
+
+
+def kept(key: str) -> bool:
+    return key == "step" or key.startswith(UPDATE) or (
+        key.endswith("/mean") and key.removeprefix("val/").startswith(MEANS))
 
 
 def collect(run_dir: Path, records: Path) -> None:
@@ -28,9 +33,7 @@ def collect(run_dir: Path, records: Path) -> None:
     for arm in sorted(p.parent.parent for p in run_dir.glob("*/eval/summary.json")):
         dest = records / arm.name
         dest.mkdir(parents=True, exist_ok=True)
-        rows = [{k: v for k, v in r.items() if k.startswith(KEEP) and (k.endswith("/mean") or "/" not in k
-                                                                         or k.startswith(("actor/", "critic/")))}
-                for r in read_jsonl(arm / "ppo" / "metrics.jsonl")]
+        rows = [{k: v for k, v in r.items() if kept(k)} for r in read_jsonl(arm / "ppo" / "metrics.jsonl")]
         with gzip.open(dest / METRICS, "wt", compresslevel=9) as gz:
             gz.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
         shutil.copy(arm / "eval" / "summary.json", dest / EVAL)
