@@ -56,9 +56,9 @@ def table(arms: list[dict]) -> str:
     lines = ["| arm | steps | greedy val EM: start / lowest / end | test EM: SFT / RL | RL - SFT [95% CI] | cost RL - SFT (1e-6 USD) |",
              "|---|---|---|---|---|---|"]
     for a in arms:
-        lo, hi = a["rl_minus_sft_ci95"]
+        lo, hi = (x + 0.0 for x in a["rl_minus_sft_ci95"])  # + 0.0: no "-0.000" for a zero difference
         lines.append(f"| {a['arm']} | {a['steps']} | {a['val_em_start']:.2f} / {a['val_em_min']:.2f} / {a['val_em_end']:.2f} "
-                     f"| {a['test_em_sft']:.3f} / {a['test_em_rl']:.3f} | {a['rl_minus_sft']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                     f"| {a['test_em_sft']:.3f} / {a['test_em_rl']:.3f} | {a['rl_minus_sft'] + 0.0:+.3f} [{lo:+.3f}, {hi:+.3f}] "
                      f"| {a['cost_rl_minus_sft_1e6']:+.2f} |")
     return "\n".join(lines) + "\n"
 
@@ -69,14 +69,14 @@ def plot(arms: list[dict], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    fig, ax = plt.subplots(figsize=(8.0, 3.6), dpi=100)
     for a in arms:
         steps, ems = zip(*a["val_em"])
         ax.plot(steps, ems, marker="o", ms=3, label=a["arm"])
     ax.set_xlabel("PPO step")
     ax.set_ylabel("greedy validation EM (100 questions)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the plot: lines cross
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
