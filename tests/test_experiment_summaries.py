@@ -1,5 +1,6 @@
 """The experiments' summarizers rewrite their committed tables from the committed records byte for byte (run on a
 copy, so the records stay as they are); a changed record changes the table."""
+import gzip
 import json
 import shutil
 import subprocess
@@ -63,10 +64,10 @@ def test_rl_warm_start_summary_reproduces_its_table(tmp_path):
     assert out == (records / "table.md").read_text() == (here / "table.md").read_text()
     assert (here / "summary.json").read_bytes() == (records / "summary.json").read_bytes()
     # the warm start's test EM of one arm halved: that arm's row, and only it, changes
-    summary = here / "lr3e-4/eval_summary.json"
-    record = json.loads(summary.read_text())
+    summary = here / "lr3e-4/eval_summary.json.gz"
+    record = json.loads(gzip.decompress(summary.read_bytes()))
     record["runs"][0]["overall"]["em"] /= 2
-    summary.write_text(json.dumps(record))
+    summary.write_bytes(gzip.compress(json.dumps(record).encode()))
     run("experiments.rl_warm_start.summarize", "--records", here)
     changed = [a for a, b in zip((here / "table.md").read_text().splitlines(), out.splitlines()) if a != b]
     assert len(changed) == 1 and changed[0].startswith("| lr3e-4 ")

@@ -3,7 +3,7 @@
     python -m experiments.rl_warm_start.summarize --collect /tmp/rl --records docs/results/rl_warm_start
     python -m experiments.rl_warm_start.summarize --records docs/results/rl_warm_start     # rebuild from records
 
---collect copies each arm's metrics (gzipped) and evaluation summary from a run of run.sh into the records; the
+--collect copies each arm's metrics and evaluation summary (gzipped) from a run of run.sh into the records; the
 table (table.md), summary.json and the plot (val_em.png) are then built from the records alone.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from verl.trainer.tracking import read_jsonl
 
-METRICS, EVAL = "metrics.jsonl.gz", "eval_summary.json"
+METRICS, EVAL = "metrics.jsonl.gz", "eval_summary.json.gz"
 # What the records keep of a step's metrics (the run keeps them all): the update's own, and the means of the
 # rewards, routing and stages, sampled and greedy (val/).
 UPDATE = ("actor/", "critic/")
@@ -36,13 +36,15 @@ def collect(run_dir: Path, records: Path) -> None:
         rows = [{k: v for k, v in r.items() if kept(k)} for r in read_jsonl(arm / "ppo" / "metrics.jsonl")]
         with gzip.open(dest / METRICS, "wt", compresslevel=9) as gz:
             gz.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
-        shutil.copy(arm / "eval" / "summary.json", dest / EVAL)
+        with open(arm / "eval" / "summary.json", "rb") as src, gzip.GzipFile(dest / EVAL, "wb", 9, mtime=0) as gz:
+            shutil.copyfileobj(src, gz)
 
 
 def arm_summary(arm: Path) -> dict:
     rows = read_jsonl(arm / METRICS)
     val = [(r["step"], r["val/em/mean"]) for r in rows if "val/em/mean" in r]
-    runs = json.loads((arm / EVAL).read_text())["runs"]
+    with gzip.open(arm / EVAL, "rt") as f:
+        runs = json.load(f)["runs"]
     sft, rl = runs[0], runs[-1]  # run.sh evaluates the warm start first, the RL checkpoint last
     paired = sft["vs_router"]  # the warm start minus the RL router: negated below
     return {"arm": arm.name, "steps": max(r["step"] for r in rows), "val_em": val,
