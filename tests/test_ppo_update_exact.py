@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from test_fsdp_workers import V, actor_config, grads_of, make_batch, with_old_log_probs
+from test_fsdp_workers import actor_config, grads_of, make_batch, with_old_log_probs
 from verl.algos.advantages import compute_grpo_advantages
 from verl.protocol import DataProto
 from verl.workers.actor import ActorWorker
