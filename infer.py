@@ -26,9 +26,9 @@ from router_r1.prompts import BUDGET_EXHAUSTED_TEXT, build_router_prompt
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score, extract_answer, f1_score
 from router_r1.router_env import RouterEnvConfig
-from router_r1.runtime import (LOAD_ERRORS, Decoding, EnvOverrides, EvalError, Policy, Pool, PoolFlags, check_checkpoint,
+from router_r1.runtime import (LOAD_ERRORS, Decoding, EnvOverrides, EvalError, Policy, Pool, PoolFlags,
                                episode_config, episode_env, fit_context, load_policy, quiet_transformers,
-                               resolve_env, seeded, tokenize_prompt, trained_env)
+                               resolve_checkpoint, resolve_env, seeded, tokenize_prompt, trained_env)
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "outputs" / "embedded" / "hf"
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -149,7 +149,7 @@ def ask(a: InferConfig) -> dict:
     """One question's record: the checks, then the pool, the policy and one episode."""
     if not a.question.strip():
         raise EvalError("--question is empty")
-    check_checkpoint(a.checkpoint)  # before the model imports and the pool start
+    a = replace(a, checkpoint=str(resolve_checkpoint(a.checkpoint)))  # before the model imports and the pool start
     if a.budget is not None and a.budget < 0:
         raise EvalError(f"--budget must be >= 0, got {a.budget}")
     a.check()

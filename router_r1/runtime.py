@@ -213,19 +213,17 @@ def template_pattern(template: str) -> re.Pattern:
     return re.compile(".*?".join(re.escape(p) for p in parts), re.S)
 
 
-def check_checkpoint(path: str | Path) -> Path:
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise EvalError(f"no checkpoint at {path}; run bash train.sh first or pass --checkpoint")
-    return path
-
-
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A run's output dir (its hf/ export) or an HF model dir."""
+    """The model dir that --checkpoint names, one rule for evaluate (test.sh), infer.py, the server and calibration:
+    an HF model dir as it is, else its hf/ export (a run's output dir, train.sh's OUT or OUT/ppo)."""
     path = Path(path)
-    if not (path / "config.json").is_file() and (path / "hf" / "config.json").is_file():
-        path = path / "hf"
-    return check_checkpoint(path)
+    for model_dir in (path, path / "hf"):
+        if (model_dir / "config.json").is_file():
+            return model_dir
+    why = (" is a training checkpoint (sharded state, no model): pass its run's hf/ export"
+           if (path / "COMPLETE").is_file() else f" or {path / 'hf'} (no config.json)")
+    raise EvalError(f"no checkpoint at {path}{why}; --checkpoint takes a run's output dir, its hf/ export or an "
+                    "HF model dir (run bash train.sh first)")
 
 
 def resolve_template(template_file: str | None, checkpoint: Path | None) -> tuple[str | None, str | None]:
@@ -250,7 +248,7 @@ def load_policy(checkpoint: str | Path, device: str | None = None, template_file
         raise EvalError(f"--constrain-names is applied by the hf engine only, not --rollout {rollout}")
     if rollout not in ROLLOUTS:
         raise EvalError(f"--rollout must be one of {ROLLOUTS}, got {rollout!r}")
-    path = check_checkpoint(checkpoint)
+    path = resolve_checkpoint(checkpoint)
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -113,7 +113,8 @@ def _run(*args):
 def test_missing_checkpoint_and_unreachable_pool_are_one_line_errors(checkpoint, tmp_path):
     proc = _run("--question", "Who?", "--checkpoint", tmp_path / "nowhere")
     assert proc.returncode == 2
-    expected = f"error: no checkpoint at {tmp_path / 'nowhere'}; run bash train.sh first or pass --checkpoint\n"
+    expected = (f"error: no checkpoint at {tmp_path / 'nowhere'} or {tmp_path / 'nowhere' / 'hf'} (no config.json); "
+                "--checkpoint takes a run's output dir, its hf/ export or an HF model dir (run bash train.sh first)\n")
     assert proc.stderr == expected
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -65,8 +65,9 @@ from router_r1.reward.score import RewardConfig, compute_scores
 from router_r1.router_env import RouterEnvConfig
 from router_r1.row_check import check_router_row
 from router_r1.runtime import (LOAD_ERRORS, ROLLOUTS, Decoding, EnvOverrides, EvalError, Policy, Pool, PoolFlags,
-                               check_checkpoint, check_endpoints, episode_config, episode_env, fit_context, load_policy,
-                               quiet_transformers, resolve_env, seeded, tokenize_prompt, trained_env)
+                               check_endpoints, episode_config, episode_env, fit_context, load_policy,
+                               quiet_transformers, resolve_checkpoint, resolve_env, seeded, tokenize_prompt,
+                               trained_env)
 from router_r1.stages import trajectory_stages
 from verl.trainer.dataset import eval_batches
 
@@ -210,7 +211,7 @@ class EvalConfig(PoolFlags, EnvOverrides, Decoding):
     """An evaluation's settings; each field is a flag of `python -m router_r1.eval.evaluate` (router_r1/flags.py)."""
 
     data: list[str] = field(default_factory=list, metadata={"required": True, "metavar": "FILE_OR_GLOB"})  # test parquet files, globs, or dirs (DIR/test*.parquet)
-    checkpoints: list[str] = field(default_factory=list, metadata={"flag": "--checkpoint", "append": True, "metavar": "DIR"})  # HF model dir (repeatable: one run each, e.g. an alpha sweep)
+    checkpoints: list[str] = field(default_factory=list, metadata={"flag": "--checkpoint", "append": True, "metavar": "DIR"})  # a run's output dir (its hf/ export) or an HF model dir (repeatable: one run each, e.g. an alpha sweep)
     baselines: list[str] = field(default_factory=list, metadata={"flag": "--baseline", "append": True})  # direct | largest:NAME | prompt-llm | single:NAME | all-singles | oracle | oracle-hops | knn | mlp | routers (the last four) | all (all-singles and routers); repeatable
     skip_router: bool = False  # run only the baselines (checkpoints then serve direct / prompt-llm)
     batch_size: int = 64  # rows per generate call
@@ -492,6 +493,8 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
         raise EvalError(f"--budget must be >= 0, got {cfg.budget}")
     if cfg.budget_mode not in ("end", "forced"):
         raise EvalError(f"--budget-mode must be end|forced, got {cfg.budget_mode!r}")
+    if load is None:  # real checkpoints: each --checkpoint to its model dir (a caller's `load` names its own)
+        cfg = replace(cfg, checkpoints=[str(resolve_checkpoint(c)) for c in cfg.checkpoints])
     files = find_data_files(cfg.data)
     rows = load_rows(files, cfg.limit)
     cfg = with_training_shape(cfg, log)
@@ -633,9 +636,7 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     try:
-        for c in cfg.checkpoints:  # before any model import or pool start
-            check_checkpoint(c)
-        evaluate(cfg)
+        evaluate(cfg)  # resolves each --checkpoint first, before any model import or pool start
     except USER_ERRORS as e:
         print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
         return 2

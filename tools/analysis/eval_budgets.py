@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from router_r1.eval.evaluate import USER_ERRORS, EvalConfig, _labels, evaluate, parse_args as eval_args
-from router_r1.runtime import check_checkpoint, load_policy, quiet_transformers
+from router_r1.runtime import load_policy, quiet_transformers, resolve_checkpoint
 
 
 def split_label(arg: str) -> tuple[str | None, str]:
@@ -124,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if min(a.budgets) < 0:
             raise ValueError(f"--budgets must be >= 0, got {a.budgets}")
         named = [(*split_label(c), True) for c in a.checkpoint] + [(*split_label(c), False) for c in a.plain]
-        for _, c, _ in named:
-            check_checkpoint(c)
+        named = [(label, str(resolve_checkpoint(c)), aware) for label, c, aware in named]
         base = eval_args(["--data", *a.data, *rest])
         auto = _labels([c for label, c, _ in named if label is None], trained_as=False)  # directory names
         runs = [(label or auto[c], c, aware) for label, c, aware in named]
