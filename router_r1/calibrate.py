@@ -8,7 +8,8 @@ serving) on the same questions through the evaluation path; the choice is the al
 best EM among those whose cost per 1,000 questions (USD), or whose share of calls to the
 dearest model, is at or under the target (RouteLLM calibrates its threshold on a target share
 of strong-model calls the same way). Writes calibration.json under --out and prints a table.
-No alpha meets the target: exit code 1, with the cheapest point reached.
+No alpha meets the target: exit code 1, with the cheapest point reached. A checkpoint whose run config
+does not say it takes alphas (env.alphas) is refused: it was trained at one alpha.
 """
 from __future__ import annotations
 
@@ -26,12 +27,11 @@ from router_r1.flags import from_args, parser_for, run_command
 from router_r1.prompts import build_router_prompt
 from router_r1.router_env import RouterEnvConfig
 from router_r1.routing_collapse import shares_entropy, call_counts
+from router_r1.trained_names import check_trained_names
 from router_r1.runtime import (EnvOverrides, EvalError, Policy, Pool, PoolFlags, episode_config, fit_context,
                                load_policy, quiet_transformers, resolve_checkpoint, tokenize_prompt)
-from router_r1.serve_engine import load_run_settings
+from router_r1.serve_engine import MODEL_NAME, load_run_settings, model_id, pool_flags
 from verl.workers.rollout.base import SamplingParams
-
-DEFAULT_ALPHAS = tuple(round(0.1 * i, 1) for i in range(11))
 
 
 def dearest(pool: Pool) -> str:
@@ -96,8 +96,8 @@ class CalibrateConfig(PoolFlags, EnvOverrides):
     data: list[str] = field(default_factory=list, metadata={"required": True})  # validation parquet file(s)
     target_cost_per_1k: Optional[float] = None  # the target: USD per 1,000 questions (give this or --target-dear-share)
     target_dear_share: Optional[float] = None  # the target: share of calls to the dearest model, in [0, 1]
-    alphas: list[float] = field(default_factory=lambda: list(DEFAULT_ALPHAS))  # candidate alphas (default: 0..1 by 0.1)
-    pool: Optional[str] = None  # pool yaml (default: the run's, else the simulated pool)
+    alphas: Optional[list[float]] = None  # candidate alphas (default: the run's env.alphas, those it was trained on)
+    pool: Optional[str] = None  # pool yaml (default: the run's, in-process when simulated, else at the run's env.pool_url)
     limit: Optional[int] = None  # first N rows of each file
     batch_size: int = 64  # rows per generate call
     device: Optional[str] = None  # torch device (default: cuda if available)
@@ -118,22 +118,29 @@ def calibrate(a: CalibrateConfig, log=print) -> dict:
         raise EvalError(f"--target-dear-share must be in [0, 1], got {a.target_dear_share}")
     if a.target_cost_per_1k is not None and not a.target_cost_per_1k >= 0:
         raise EvalError(f"--target-cost-per-1k must be >= 0, got {a.target_cost_per_1k}")
-    if any(not 0 <= x <= 1 for x in a.alphas):
+    if a.alphas is not None and any(not 0 <= x <= 1 for x in a.alphas):
         raise EvalError(f"--alphas must lie in [0, 1], got {a.alphas}")
     ckpt = resolve_checkpoint(a.checkpoint)
     settings = load_run_settings(ckpt, a)
-    if not settings.alphas:
-        log(f"warning: {ckpt} has no saved alpha-conditioned config ({settings.source}); calibrating as if it were")
+    if not settings.alphas:  # every alpha would be stated to a router that never read one: its EM would mislead
+        raise EvalError(f"{ckpt}: nothing to calibrate: {settings.fixed_alpha()}")
+    alphas = sorted(set(settings.alphas if a.alphas is None else a.alphas))
+    untrained = [x for x in alphas if x not in settings.alphas]
+    if untrained:
+        log(f"warning: alphas {' '.join(f'{x:g}' for x in untrained)} are not among the trained "
+            f"{list(settings.alphas)} ({settings.source}); a conditioned router snaps those to a trained one")
     rows = load_rows(find_data_files(a.data), a.limit)
     metric, target = (("cost_per_1k_usd", a.target_cost_per_1k) if a.target_cost_per_1k is not None
                       else ("dear_share", a.target_dear_share))
     env = settings.env
-    with a.open(env, settings.pool) as pool:
+    with pool_flags(a, settings).open(env, settings.pool) as pool:
+        log(f"pool: {pool.where}")
+        check_trained_names(ckpt, pool.registry, None, a.allow_unseen_models, log)
         quiet_transformers()
         policy = load_policy(ckpt, a.device, max_batch_size=a.batch_size, constrain_names=env.constrain_names)
         rcfg = episode_config(env, schedule="sync")
         points = []
-        for alpha in sorted(set(a.alphas)):
+        for alpha in alphas:
             points.append(point(alpha, router_records(policy, pool, rows, rcfg, alpha, f"alpha={alpha:g}",
                                                       a.batch_size), pool))
             p = points[-1]
@@ -143,8 +150,9 @@ def calibrate(a: CalibrateConfig, log=print) -> dict:
         out = {"checkpoint": str(ckpt), "data": a.data, "n": len(rows), "target": {metric: target},
                "dearest_model": dearest(pool),
                "settings": EnvOverrides.values_in(env),
-               "settings_from": settings.source,
+               "settings_from": settings.source, "pool": pool.where,
                "chosen_alpha": None if best is None else best.alpha,
+               "model": None if best is None else model_id(MODEL_NAME, best.alpha),  # the server's id for it
                "points": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in p.__dict__.items()}
                           for p in points]}
     Path(a.out).mkdir(parents=True, exist_ok=True)
@@ -155,7 +163,7 @@ def calibrate(a: CalibrateConfig, log=print) -> dict:
             f"at alpha {cheapest.alpha:g}")
     else:
         log(f"chosen alpha {best.alpha:g}: EM {best.em:.3f}, {metric} {getattr(best, metric):.4g} <= {target:g} "
-            f"(serve it as router-r1@{best.alpha:g}); wrote {Path(a.out) / 'calibration.json'}")
+            f"(serve it as {out['model']}); wrote {Path(a.out) / 'calibration.json'}")
     return out
 
 

@@ -45,14 +45,15 @@ from router_r1.pool.server import ServerThread
 from router_r1.flags import from_args, parser_for
 from router_r1.prompts import build_router_prompt
 from router_r1.router_env import RouterEnvConfig
+from router_r1.trained_names import check_trained_names
 from router_r1.runtime import (LOAD_ERRORS, ROLLOUTS, EnvOverrides, EvalError, Pool, Policy, PoolFlags, episode_config, episode_env,
                                fit_context, load_policy, quiet_transformers, resolve_checkpoint,
                                tokenize_prompt)
-from router_r1.serve_engine import Answered, RunSettings, load_run_settings, play_episode, request_sampling
+from router_r1.serve_engine import (MODEL_NAME, Answered, RunSettings, load_run_settings, model_id, play_episode,
+                                    pool_flags, request_sampling)
 from verl.workers.rollout.base import as_async
 
 log = logging.getLogger("router_r1.serve")
-MODEL_NAME = "router-r1"
 # finish_reason of an answer taken from an episode that broke the output format (an answer block out of place, two of
 # them, no <think> first ...): not one of OpenAI's values on purpose, so a client that expects "stop" notices
 MALFORMED = "malformed"
@@ -115,7 +116,7 @@ class RouterService:
         return bool(self.settings.alphas)
 
     def model_ids(self) -> list[str]:
-        return [self.name] + [f"{self.name}@{a:g}" for a in self.settings.alphas]
+        return [self.name] + [model_id(self.name, a) for a in self.settings.alphas]
 
     def parse(self, body: object) -> ChatCall:
         """Validate a chat-completions body; BadRequest names the offending field."""
@@ -126,7 +127,7 @@ class RouterService:
         if not isinstance(model, str) or not model:
             raise BadRequest("'model' must be a non-empty string", "model")
         base, sep, at = model.partition("@")
-        if base != self.name or (sep and not self.conditioned):
+        if base != self.name:
             raise BadRequest(f"model {model!r} does not exist (known: {self.model_ids()})", "model", 404,
                              "model_not_found")
         alpha = body.get("alpha")
@@ -139,11 +140,12 @@ class RouterService:
                 raise BadRequest(f"'alpha' {alpha} disagrees with the model name {model!r}", "alpha")
             alpha = named
         if alpha is not None:
+            asked = f"model {model[:100]!r}" if sep else f"'alpha' {repr(alpha)[:60]}"
             if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
-                raise BadRequest("'alpha' must be a number in [0, 1]", "alpha")
-            if not self.conditioned and float(alpha) != self.settings.alpha:
-                raise BadRequest(f"this router was trained at the fixed alpha {self.settings.alpha:g}; it cannot take "
-                                 f"another (an alpha-conditioned run can)", "alpha")
+                raise BadRequest(f"{asked}: the alpha must be a number in [0, 1]", "model" if sep else "alpha")
+            if not self.conditioned and float(alpha) != self.settings.alpha:  # its own alpha asks what it does anyway
+                raise BadRequest(f"{asked} asks for alpha {float(alpha):g}, but {self.settings.fixed_alpha()}",
+                                 "model" if sep else "alpha", code="alpha_not_trained")
         alpha = (self.settings.alpha if alpha is None else float(alpha)) if self.conditioned else None
         messages = chat_fields.messages(body)
         users = [i for i, m in enumerate(messages) if m["role"] == "user"]
@@ -362,13 +364,13 @@ class ServeConfig(PoolFlags, EnvOverrides):
     """The router server's settings; each field is a flag of `python -m router_r1.serve` (router_r1/flags.py)."""
 
     checkpoint: str = field(default="", metadata={"required": True})  # a run's output dir (its hf/ export) or an HF model dir
-    pool: Optional[str] = None  # pool yaml (default: the run's, else the simulated pool)
+    pool: Optional[str] = None  # pool yaml (default: the run's, in-process when simulated, else at the run's env.pool_url; no run config: the simulated pool)
     sim_latency: float = 1.0  # scale of the simulated latencies (0: the sim answers at once)
     host: str = "127.0.0.1"  # address to bind (another than loopback exposes the router: set --token-env)
     port: int = 8080  # port to listen on
     token_env: Optional[str] = field(default=None, metadata={"metavar": "VAR"})  # require 'Authorization: Bearer $VAR' on every request
     model_name: str = MODEL_NAME  # the model id clients ask for (an alpha-conditioned run adds NAME@ALPHA ids)
-    alphas: Optional[list[float]] = None  # declare the run alpha-conditioned on these (when its saved config does not say)
+    alphas: Optional[list[float]] = None  # declare the run alpha-conditioned on these where no saved config says (a run saved with one alpha refuses them; a conditioned one takes its trained ones)
     prompt_template: Optional[str] = None  # template file of the router prompt (default: the checkpoint's prompt_template.txt)
     device: Optional[str] = None  # torch device (default: cuda if available)
     rollout: str = field(default="auto", metadata={"choices": ROLLOUTS})  # decoding backend: auto = hf_static on CUDA where the model type allows, else hf
@@ -393,7 +395,8 @@ def serving(a: ServeConfig) -> Iterator[RouterService]:
     ckpt = resolve_checkpoint(a.checkpoint)
     settings = load_run_settings(ckpt, a, a.alphas)
     env = settings.env
-    with a.open(env, settings.pool) as pool:
+    with pool_flags(a, settings).open(env, settings.pool) as pool:
+        check_trained_names(ckpt, pool.registry, a.prompt_template, a.allow_unseen_models, log.warning)
         quiet_transformers()
         policy = load_policy(ckpt, a.device, a.prompt_template, a.rollout, a.max_batch, env.constrain_names)
         if a.max_question_chars < 1:
