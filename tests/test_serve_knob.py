@@ -135,3 +135,16 @@ def test_the_knob_command_trains_on_the_alpha_recipe_s_pool_and_alphas(tmp_path)
     conditioned_env([str(run_config), KNOB_POOL, *(f"{a:g}" for a in KNOB_ALPHAS)])
     settings = load_run_settings(tmp_path)
     assert settings.alphas == KNOB_ALPHAS and settings.pool == KNOB_POOL and settings.saved
+
+
+def test_readme_and_usage_give_the_knob_command_and_serve_its_output():
+    """The command the 400 names is the one README and docs/usage.md give, and the server and calibration there
+    load what it writes (train.sh's OUT/sft, OUT/data/val.parquet)."""
+    one_line = " ".join(TRAIN_KNOB.split())
+    for doc in ("README.md", "docs/usage.md"):
+        text = " ".join((ROOT / doc).read_text().split())
+        assert one_line in text, doc
+    usage = " ".join((ROOT / "docs" / "usage.md").read_text().split())
+    assert "OUT=outputs/alpha bash train.sh" in one_line and "outputs/alpha/sft/run_config.yaml" in one_line
+    assert "python -m router_r1.serve --checkpoint outputs/alpha/sft " in usage
+    assert "python -m router_r1.calibrate --checkpoint outputs/alpha/sft --data outputs/alpha/data/val.parquet" in usage
