@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from router_r1.pool import listing
 from router_r1.pool.registry import ModelRegistry
 from router_r1.actions import ROUTE_EXAMPLE, wrap_information
 
-# Placeholders a template may use; {question} is required.
-PLACEHOLDERS = ("question", "pool", "budget", "alpha")
-_PLACEHOLDER_RE = re.compile(r"\{(question|pool|budget|alpha)\}")
+# Placeholders a template may use; {question} is required. One listing placeholder per style
+# (router_r1/pool/listing.py: {pool} descriptors, {pool_domains}, {pool_card}), filled from the pool in use.
+PLACEHOLDERS = ("question", *listing.LISTINGS.values(), "budget", "alpha")
+PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 
 DEFAULT_TEMPLATE = (
     "Answer the question at the end. You work as a router: you reason on your own and "
@@ -43,18 +45,9 @@ class TemplateError(ValueError):
     """A prompt template that cannot be used; the message names its source."""
 
 
-def _price(usd: float) -> str:
-    # two decimals unless that would hide a digit (0.035 stays 0.035)
-    return f"{usd:.2f}" if round(usd, 2) == usd else f"{usd:g}"
-
-
 def pool_descriptors(registry: ModelRegistry) -> str:
     """One line per model: name, price per 1M output tokens, descriptor (registry order)."""
-    lines = []
-    for spec in registry.models.values():
-        line = f"- {spec.name} (${_price(spec.price_out_per_m)} per 1M output tokens)"
-        lines.append(f"{line}: {spec.descriptor}" if spec.descriptor else line)
-    return "\n".join(lines)
+    return listing.render("descriptors", registry)
 
 
 def budget_text(turn_budget: int | None) -> str:
@@ -102,12 +95,19 @@ def load_template(path: str | Path) -> str:
 
 
 def fill_template(template: str, **values: str) -> str:
-    """Substitute {question}/{pool}/{budget}/{alpha} in one pass; other braces are left alone.
+    """Substitute the PLACEHOLDERS in one pass; other braces are left alone.
 
     Unlike str.format, braces in the template or in the values (JSON, LaTeX, a question
     that mentions "{pool}") are never interpreted.
     """
-    return _PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+    return PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def with_pool(template: str, registry: ModelRegistry) -> str:
+    """`template` with its listing placeholder filled from `registry`, the other placeholders kept: the text a
+    prompt built from it shows besides the question, budget and alpha."""
+    return fill_template(template, **{listing.LISTINGS[s]: listing.render(s, registry)
+                                      for s in listing.styles_in(template)})
 
 
 def build_router_prompt(
@@ -119,8 +119,9 @@ def build_router_prompt(
 ) -> list[dict[str, str]]:
     """The router's chat messages: a single user message with instructions, pool and question.
 
-    `alpha` (alpha-conditioned routers) states the cost weight: at {alpha}, or, in a template
-    without it (one written before conditioning existed), just before the budget sentence at {budget}.
+    The template's listing placeholder is filled from `registry` in its style; a template without one lists the
+    models written into it. `alpha` (alpha-conditioned routers) states the cost weight: at {alpha}, or, in a
+    template without it (one written before conditioning existed), just before the budget sentence at {budget}.
     """
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"build_router_prompt: question must be a non-empty string, got {question!r}")
@@ -133,6 +134,6 @@ def build_router_prompt(
     budget, cost = budget_text(turn_budget), alpha_text(alpha)
     if "{alpha}" not in template:
         budget, cost = cost + budget, ""
-    content = fill_template(template, question=question.strip(), pool=pool_descriptors(registry),
-                            budget=budget, alpha=cost)
+    pools = {listing.LISTINGS[style]: listing.render(style, registry) for style in listing.styles_in(template)}
+    content = fill_template(template, question=question.strip(), budget=budget, alpha=cost, **pools)
     return [{"role": "user", "content": content}]

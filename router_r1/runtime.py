@@ -24,7 +24,7 @@ from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry, ModelSpec, RegistryError
 from router_r1.pool.server import ServerThread
 from router_r1.pool.world import SIM_POOL, world_of
-from router_r1.prompts import DEFAULT_TEMPLATE, TemplateError, load_template
+from router_r1.prompts import DEFAULT_TEMPLATE, PLACEHOLDERS, TemplateError, load_template
 from router_r1.router_env import SCHEDULES, RouterEnv, RouterEnvConfig, make_env
 from router_r1.reward.format import FORMAT_RULE_SETS
 from router_r1.reward.score import REWARD_METRICS
@@ -209,7 +209,7 @@ class Policy:
 
 def template_pattern(template: str) -> re.Pattern:
     """What a prompt built from `template` looks like: its text, with any text at each placeholder."""
-    parts = re.split(r"\{(?:question|pool|budget|alpha)\}", template)
+    parts = re.split(r"\{(?:" + "|".join(PLACEHOLDERS) + r")\}", template)
     return re.compile(".*?".join(re.escape(p) for p in parts), re.S)
 
 

@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+from router_r1.pool.listing import LISTINGS, domains_line, priced_name  # noqa: F401 (priced_name: the sim's callers)
 from router_r1.pool.registry import ModelRegistry
 from sim.world import DOMAINS, SimWorld
 from router_r1.prompts import fill_template, load_template
@@ -48,14 +49,9 @@ def domain_accuracy(spec) -> dict[str, float]:
     return {d: float(acc.get(d, acc.get("default", 0.0))) for d in DOMAINS}
 
 
-def priced_name(spec) -> str:
-    """A model's name and price as the compact listing shows them: "Qwen2.5-7B-Instruct $0.30"."""
-    return f"{spec.name} ${spec.price_out_per_m:.2f}"
-
-
 def pool_line(spec, shown: str) -> str:
     """One compact pool line: "Qwen2.5-7B-Instruct $0.30: science, business"."""
-    return f"{priced_name(spec)}: {shown}"
+    return domains_line(spec, shown)
 
 
 def model_topics(spec) -> str:
@@ -73,17 +69,17 @@ def model_topics(spec) -> str:
 
 
 def compact_pool_text(registry: ModelRegistry) -> str:
-    """One short line per model (pool_line)."""
-    return "\n".join(pool_line(s, model_topics(s)) for s in registry.models.values())
+    """One short line per model (pool_line): the domain listing of a simulated pool (router_r1/pool/listing.py)."""
+    return "\n".join(pool_line(s, s.topics or model_topics(s)) for s in registry.models.values())
 
 
 def render_compact_template(registry: ModelRegistry, template_path: str | Path = COMPACT_TEMPLATE) -> str:
-    """The compact template with {pool} filled in; {question} (and {budget}) stay for the prompt builder.
+    """The compact template with `registry`'s domain listing written in; {question} (and {budget}) stay.
 
-    build_router_prompt fills {pool} with the long descriptors, so the compact pool text is
-    baked in here and the result is passed on as a template file (python -m sim.qa --prompt-template).
+    A template so written lists these models whatever the pool it is used with (an experiment's fixed listing, such
+    as one with an unseen model); the warm start's prompt_template.txt keeps {pool_domains} instead.
     """
-    return fill_template(load_template(template_path), pool=compact_pool_text(registry))
+    return fill_template(load_template(template_path), **{LISTINGS["domains"]: compact_pool_text(registry)})
 
 
 def world_words(world: SimWorld) -> list[str]:

@@ -1,7 +1,8 @@
 """The simulated world as router_r1 loads it (router_r1/pool/world.py): a pool yaml's `world: sim` names it.
 
 make_backend gives the pool server its experts (sim/backend.py); make_truth gives the answer key
-(sim/truth.py) with the stages (sim/stages.py) and oracle baselines (sim/oracle_baselines.py) that read it.
+(sim/truth.py) with the stages (sim/stages.py) and oracle baselines (sim/oracle_baselines.py) that read it;
+listing_topics words a model's domains for the domain listing (router_r1/pool/listing.py).
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from router_r1.pool.registry import ModelRegistry, RegistryError
 from sim.backend import SimBackend
+from sim.embedded import model_topics
 from sim.stages import call_stages
 from sim.truth import SimTruth
 from sim.world import DEFAULT_ENTITIES, SimWorld
@@ -37,6 +39,11 @@ class AnswerKey(SimTruth):
         from sim.oracle_baselines import ORACLES  # evaluation only: it loads the pool client and baselines
 
         return ORACLES[kind](self, models, questions, wheres, client, chunk, max_obs_length)
+
+
+def listing_topics(spec) -> str:
+    """What the domain listing says `spec` is good at, from its `sim:` profile: "science, business" (sim/embedded.py)."""
+    return model_topics(spec)
 
 
 def make_truth(registry: ModelRegistry, seed: int) -> AnswerKey:

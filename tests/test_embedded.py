@@ -22,7 +22,7 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread
 from sim.backend import SimBackend
 from sim.world import SimWorld
-from router_r1.prompts import build_router_prompt, pool_descriptors
+from router_r1.prompts import build_router_prompt, pool_descriptors, with_pool
 from router_r1.actions import TAGS, format_observation, parse_action
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score, extract_answer, normalize_answer
@@ -103,7 +103,8 @@ def test_rendered_template_gives_short_prompts_with_the_question(registry, built
     assert compact_pool_text(registry) in content
     for tag in ("<think>", "<search>", "<information>", "<answer>"):
         assert tag in content
-    assert (built / "prompt_template.txt").read_text() == template  # what sim.qa must be given
+    kept = (built / "prompt_template.txt").read_text()  # what sim.qa must be given: it keeps the pool's placeholder
+    assert "{pool_domains}" in kept and with_pool(kept, registry) == template
 
 
 # ---------------------------------------------------------------- oracle trajectories

@@ -89,7 +89,7 @@ def test_the_sft_loss_skips_the_slip_and_learns_the_recovery(tmp_path):
 def test_the_drill_needs_the_stated_pick_and_a_share(tmp_path):
     with pytest.raises(ValueError, match="--misname-drill"):
         build_rows(make_recipe(out_dir=tmp_path, pool=UNSEEN, tokenizer=False, misname_drill=0.2, n=4),
-                   own_template(Path(tmp_path), None, UNSEEN))
+                   own_template(Path(tmp_path), None))
     with pytest.raises(ValueError, match="--misname-drill"):
         rows(tmp_path, n=80, misname_drill=1.5)
 

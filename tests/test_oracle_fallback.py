@@ -32,7 +32,7 @@ def rows(tmp_path, **kw):
     Path(tmp_path).mkdir(parents=True, exist_ok=True)
     kw = {"n": 120, "noise": 0.0, **kw}
     recipe = make_recipe(out_dir=tmp_path, pool=UNSEEN, tokenizer=False, think_candidates=True, **kw)
-    return build_rows(recipe, own_template(Path(tmp_path), None, UNSEEN))[0]
+    return build_rows(recipe, own_template(Path(tmp_path), None))[0]
 
 
 def naming(row, domain) -> list[tuple[str, float]]:

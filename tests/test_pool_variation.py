@@ -33,7 +33,7 @@ ASK = re.compile(r"A (\w+) fact\. Ask (\S+)\.</think><search>\2: ([^<]+)</search
 def varied_rows(tmp_path, n=60, share=1.0, **kw):
     Path(tmp_path).mkdir(parents=True, exist_ok=True)
     recipe = make_recipe(out_dir=tmp_path, n=n, noise=0.0, pool=UNSEEN, vary_pool=share, tokenizer=False, **kw)
-    return build_rows(recipe, own_template(Path(tmp_path), None, UNSEEN))[0]
+    return build_rows(recipe, own_template(Path(tmp_path), None))[0]
 
 
 def listed(row) -> dict[str, tuple[float, str]]:
@@ -169,7 +169,7 @@ def test_a_row_listing_refuses_a_prompt_template(tmp_path, capsys, flag):
 def rival_rows(tmp_path, n=60, **kw):
     Path(tmp_path).mkdir(parents=True, exist_ok=True)
     recipe = make_recipe(out_dir=tmp_path, n=n, noise=0.0, pool=UNSEEN, tokenizer=False, **kw)
-    return build_rows(recipe, own_template(Path(tmp_path), None, UNSEEN))[0]
+    return build_rows(recipe, own_template(Path(tmp_path), None))[0]
 
 
 def test_with_rival_adds_one_bank_line_to_the_pools_own_listing_picked_iff_cheaper():

@@ -24,7 +24,7 @@ STATED = re.compile(r"(?: Listed for \w+| None listed for \w+; all topics): [^<]
 def rows(tmp_path, **kw):
     Path(tmp_path).mkdir(parents=True, exist_ok=True)
     recipe = make_recipe(out_dir=tmp_path, n=kw.pop("n", 80), pool=UNSEEN, tokenizer=False, **kw)
-    return build_rows(recipe, own_template(Path(tmp_path), None, UNSEEN))[0]
+    return build_rows(recipe, own_template(Path(tmp_path), None))[0]
 
 
 def naming(row, domain) -> list[tuple[str, str]]:

@@ -29,7 +29,7 @@ def small(name: str, tmp_path: Path, n: int = 40):
     sections = load_sections(name)
     sections.setdefault("build", {}).update(n=n, tokenizer=False, out_dir=str(tmp_path))
     recipe = from_sections(sections)
-    return recipe, own_template(tmp_path, None, recipe.build.pool)
+    return recipe, own_template(tmp_path, None, recipe.listing_style.listing)
 
 
 @pytest.mark.parametrize("name", sorted(PINS))

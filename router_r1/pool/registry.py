@@ -19,7 +19,7 @@ import yaml
 
 _FIELDS = {
     "name", "aliases", "api_id", "base_url", "api_key_env", "price_out_per_m",
-    "price_in_per_m", "temperature", "max_tokens", "descriptor", "sim", "unseen",
+    "price_in_per_m", "temperature", "max_tokens", "descriptor", "sim", "unseen", "card", "topics",
 }
 _REQUIRED = ("name", "api_id", "price_out_per_m")
 _TOP_KEYS = {"defaults", "models", "world"}
@@ -44,6 +44,8 @@ class ModelSpec:
     temperature: float = 0.0
     max_tokens: int = 512
     descriptor: str = ""
+    card: str = ""  # one line of model card (family, size, what it is tuned for, context length): the card listing's text
+    topics: str = ""  # what the domain listing says it is good at ("science, business"); a simulated pool derives it from `sim:`
     aliases: tuple[str, ...] = ()
     unseen: bool = False  # held out of training (the paper's generalisation test)
     sim: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # its `sim:` block: read by the pool's world only
@@ -129,6 +131,10 @@ class ModelRegistry:
                 raise RegistryError(f"{where} ({merged['name']}): price is not a number") from e
             if price_out < 0 or price_in < 0:
                 raise RegistryError(f"{where} ({merged['name']}): negative price")
+            for key in ("card", "topics"):  # a listing shows each model on one line
+                text = merged.get(key) or ""
+                if not isinstance(text, str) or "\n" in text.strip():
+                    raise RegistryError(f"{where} ({merged['name']}): {key} must be one line of text, got {text!r}")
             models.append(ModelSpec(
                 name=str(merged["name"]),
                 api_id=str(merged["api_id"]),
@@ -139,6 +145,8 @@ class ModelRegistry:
                 temperature=float(merged.get("temperature", 0.0)),
                 max_tokens=int(merged.get("max_tokens", 512)),
                 descriptor=str(merged.get("descriptor", "")).strip(),
+                card=(merged.get("card") or "").strip(),
+                topics=(merged.get("topics") or "").strip(),
                 aliases=tuple(str(a) for a in merged.get("aliases") or ()),
                 sim=dict(merged.get("sim") or {}),
                 unseen=bool(merged.get("unseen", False)),

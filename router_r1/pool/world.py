@@ -55,6 +55,8 @@ class World(Protocol):
     def make_truth(self, registry: ModelRegistry, seed: int) -> Truth:
         """The answer key for `registry`'s models in the world of `seed`."""
 
+    # optional: listing_topics(spec) -> str, a model's domains as the domain listing shows them (router_r1/pool/listing.py)
+
 
 _ENTRY_POINTS = ("make_backend", "make_truth")
 

@@ -19,7 +19,8 @@ from data_process.schema import DataBuildError
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.messages import submodel_messages
 from router_r1.pool.world import SIM_POOL
-from router_r1.prompts import build_router_prompt, fill_template, load_template
+from router_r1.pool.listing import LISTINGS
+from router_r1.prompts import build_router_prompt, fill_template, load_template, with_pool
 from router_r1.reward.format import check_format
 from router_r1.reward.qa_em import em_score
 from sim.backend import SimBackend
@@ -129,7 +130,7 @@ class HopRoutes(Routes):
         self.ctx, self.think, self.fallback = ctx, recipe.thinking.think_candidates, recipe.fallback.fallback
         self.listings = RowListings(recipe, ctx.registry, ctx.world, ctx.backend)
         # the user's file, if any, is the one to name (OUT's is its copy)
-        recipe.thinking.check_template(cfg.prompt_template or ctx.template_path, self.listings.canonical)
+        recipe.thinking.check_template(cfg.prompt_template or ctx.template_path, self.listings.canonical, ctx.registry)
         self.oracle = Oracle(ctx.backend, ctx.registry, cfg.max_routes, recipe.habits.confuse, recipe.habits.mixed_up,
                              listing=self.listings.canonical if self.think else None, fallback=self.fallback)
         self.misname = recipe.misname_drill.start(cfg.seed, cfg.max_routes)
@@ -155,7 +156,7 @@ class HopRoutes(Routes):
             "mode": "confused" if traj.confused else DRILL if drilled else mode, "misnamed": misnamed or "",
             "listing": listing.text if listing else "",
             "route_profiles": [profile[m] for m, _ in traj.routes] if listing else [],
-        }, fill_template(self.compact, pool=listing.text) if listing else None)
+        }, fill_template(self.compact, **{LISTINGS["domains"]: listing.text}) if listing else None)
 
 
 class Built(NamedTuple):
@@ -174,7 +175,7 @@ def build_rows(recipe, template_path: str | Path) -> Built:
     ctx = Context(cfg, registry, world, backend, Path(template_path))
     routes = recipe.routes(ctx)
     template = load_template(template_path)
-    renamer = recipe.names.renamer(world, template_path, cfg.seed)
+    renamer = recipe.names.renamer(world, with_pool(template, registry), cfg.seed)
     questions = world.questions(routes.n_questions(cfg.n), cfg.seed, "train", cfg.two_hop_frac)
     routes.prepare(questions)
     rng = random.Random(cfg.seed)
@@ -248,16 +249,16 @@ def report(rows: list[dict], tokenizer=None, routes: Routes | None = None) -> st
     return "\n".join(out + tail)
 
 
-def own_template(out: Path, prompt_template: str | Path | None, pool: str | Path) -> Path:
-    """OUT/prompt_template.txt: a copy of `prompt_template`, or the compact template over the pool's seen models."""
-    from sim.embedded import render_compact_template
-
+def own_template(out: Path, prompt_template: str | Path | None, listing: str = "domains") -> Path:
+    """OUT/prompt_template.txt: a copy of `prompt_template`, or the compact template keeping the placeholder of
+    `listing` (router_r1/pool/listing.py), so that whoever prompts the router lists the pool it calls."""
     template = out / "prompt_template.txt"
     if prompt_template:
         if Path(prompt_template).resolve() != template.resolve():
             template.write_text(Path(prompt_template).read_text())
     else:
-        template.write_text(render_compact_template(ModelRegistry.from_yaml(pool).seen()))
+        compact = load_template(COMPACT_TEMPLATE)
+        template.write_text(fill_template(compact, **{LISTINGS["domains"]: "{" + LISTINGS[listing] + "}"}))
     return template
 
 
@@ -272,7 +273,7 @@ def run(recipe) -> dict:
         raise ValueError("--out-dir is required: where the oracle rows are written")
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    template = own_template(out, cfg.prompt_template, cfg.pool)
+    template = own_template(out, cfg.prompt_template, recipe.listing_style.listing)
     t0 = time.perf_counter()
     built = build_rows(recipe, template)
     rows = built.rows

@@ -9,6 +9,7 @@ a copy from a few tokens back (as restating the cost weight made the alpha take:
 `Fallback` "listed" asks, after a reply without an answer, the cheapest other listed line naming the domain, each
 made-up line a model of its own; its drill gives a share of rows a cheaper rival line that has no answer for the
 first hop, so that fallback is shown often enough to be learned (docs/results/h200/gemma_unseen/fallback).
+`ListingStyle` picks the listing the template keeps: the domains each model is good at, or its model card.
 """
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from router_r1.pool.listing import LISTINGS
 from router_r1.pool.registry import ModelRegistry, ModelSpec
 from router_r1.pool.messages import submodel_messages
+from router_r1.prompts import with_pool
 from sim.backend import SimBackend, SimExpert, last_user_text
 from sim.embedded import COMPACT_TEMPLATE, priced_name, world_words
 from sim.warm_start.oracle import FALLBACKS, reply_answer
@@ -89,15 +92,51 @@ class ThinkCandidates:
         if self.think_candidates:
             _hops_only(recipe, "--think-candidates")
 
-    def check_template(self, template_path: str | Path, canonical: Listing) -> None:
-        """The plain rows' thinks restate their prompt's lines: the template must show them as the listing does."""
+    def check_template(self, template_path: str | Path, canonical: Listing, registry: ModelRegistry) -> None:
+        """The plain rows' thinks restate their prompt's lines: the template, listing `registry`, must show them as
+        the listing does."""
         if not self.think_candidates:
             return
-        shown = Path(template_path).read_text()
+        shown = with_pool(Path(template_path).read_text(), registry)
         missing = [priced_name(ln.spec) for ln in canonical.lines if priced_name(ln.spec) not in shown]
         if missing:
             raise ValueError(f"--think-candidates: {template_path} does not list {', '.join(missing)} as the "
                              "compact listing shows them: drop --prompt-template")
+
+
+LISTING_STYLES = ("domains", "card")  # the compact template's listings (router_r1/pool/listing.py)
+
+
+@dataclass
+class ListingStyle:
+    """How the compact template lists the pool: by the domains each model is good at, or by its model card."""
+
+    listing: str = field(default="domains", metadata={"choices": LISTING_STYLES})  # the listing OUT/prompt_template.txt keeps as its placeholder, filled from the pool in use wherever the router is prompted (data, training, evaluation, infer.py, the server): domains ("Qwen2.5-7B-Instruct $0.30: science, business") or card (name, input and output price, the pool yaml's one-line `card`; no domains)
+
+    def __post_init__(self):
+        if self.listing not in LISTING_STYLES:
+            raise ValueError(f"--listing must be one of {', '.join(LISTING_STYLES)}, got {self.listing!r}")
+
+    @property
+    def placeholder(self) -> str:
+        return "{" + LISTINGS[self.listing] + "}"
+
+    def check(self, recipe) -> None:
+        if self.listing == "domains":
+            return
+        if recipe.build.prompt_template:
+            raise ValueError("--listing card writes the compact template's listing: drop --prompt-template (a "
+                             "template of your own lists the pool by the placeholder it has)")
+        shown_domains = {"--vary-pool": recipe.varied_listings.vary_pool > 0, "--add-rival": recipe.rivals.add_rival > 0,
+                         "--think-candidates": recipe.thinking.think_candidates,
+                         "--fallback listed": recipe.fallback.fallback == "listed"}
+        clash = [flag for flag, on in shown_domains.items() if on]
+        if clash:
+            raise ValueError(f"--listing card shows no domains, and {', '.join(clash)} reads them from the listing: "
+                             "drop it with --listing card")
+        bare = [s.name for s in ModelRegistry.from_yaml(recipe.build.pool).seen().models.values() if not s.card]
+        if bare:
+            raise ValueError(f"--listing card: {recipe.build.pool} has no `card` line for {', '.join(bare)}")
 
 
 @dataclass

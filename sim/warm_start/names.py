@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from sim.embedded import world_words
 from sim.warm_start.name_swap import EntityNames
@@ -39,8 +38,9 @@ class Names:
             raise ValueError("--rename: the turn-budget rows keep their questions' names "
                              "(drop --rename with --budgets)")
 
-    def renamer(self, world: SimWorld, template_path: str | Path, seed: int) -> "Renamer":
-        return Renamer(world, template_path, self.rename, seed)
+    def renamer(self, world: SimWorld, shown: str, seed: int) -> "Renamer":
+        """The renamer of rows prompted with `shown` (the template with its pool listed)."""
+        return Renamer(world, shown, self.rename, seed)
 
     def token_words(self, world: SimWorld, models: list[str]) -> list[str]:
         """Words the tokenizer keeps whole: the model names `models`, the world's names (name_tokens) and each
@@ -61,12 +61,12 @@ class Renamer:
     """A share of rows get their entities renamed to other names of the world (name_swap, drawn deck-wise over all
     rows), one mapping per row across its question, segments, answers and answer."""
 
-    def __init__(self, world: SimWorld, template_path: str | Path, share: float, seed: int):
+    def __init__(self, world: SimWorld, shown: str, share: float, seed: int):
         self.share = share
         # its own stream, so the questions and the noise of a seed do not depend on --rename
         self.rng = random.Random(f"rename-{seed}")
-        # the template's words (model names, tags) are never renamed
-        self.names = EntityNames.from_world(world, reserved=set(re.findall(r"\w+", Path(template_path).read_text())))
+        # the prompt's words besides the question (model names, tags) are never renamed
+        self.names = EntityNames.from_world(world, reserved=set(re.findall(r"\w+", shown)))
         self.decks: dict[str, list[str]] = {}  # the renaming's draws, shared by all rows (EntityNames.mapping)
 
     def __call__(self, question: str, segments: list[dict], answers: list[str], answer: str):

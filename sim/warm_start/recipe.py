@@ -22,7 +22,7 @@ from router_r1.flags import add_flags
 from sim.warm_start.alpha import PerAlphaRoutes
 from sim.warm_start.budget import TurnBudgets
 from sim.warm_start.build import BuildConfig, Context, HopRoutes, Routes
-from sim.warm_start.listings import Fallback, Rivals, ThinkCandidates, VariedListings
+from sim.warm_start.listings import Fallback, ListingStyle, Rivals, ThinkCandidates, VariedListings
 from sim.warm_start.misname import MisnameDrill
 from sim.warm_start.names import Names
 from sim.warm_start.oracle import Habits
@@ -32,7 +32,7 @@ RECIPES = REPO_ROOT / "configs" / "recipes"
 AUGMENTATIONS: dict[str, type] = {
     "habits": Habits, "names": Names, "varied_listings": VariedListings, "rivals": Rivals,
     "thinking": ThinkCandidates, "fallback": Fallback, "misname_drill": MisnameDrill,
-    "per_alpha": PerAlphaRoutes, "turn_budgets": TurnBudgets,
+    "per_alpha": PerAlphaRoutes, "turn_budgets": TurnBudgets, "listing_style": ListingStyle,
 }
 SECTIONS: dict[str, type] = {"build": BuildConfig, **AUGMENTATIONS}
 
@@ -68,6 +68,7 @@ class Recipe:
     misname_drill: MisnameDrill = field(default_factory=MisnameDrill)
     per_alpha: PerAlphaRoutes = field(default_factory=PerAlphaRoutes)
     turn_budgets: TurnBudgets = field(default_factory=TurnBudgets)
+    listing_style: ListingStyle = field(default_factory=ListingStyle)
 
     def __post_init__(self):
         for section in AUGMENTATIONS:
