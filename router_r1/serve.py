@@ -9,7 +9,9 @@ client) and returns the final answer as the assistant message. `usage` counts th
 tokens and the pool's; the `router_r1` field of the response carries the cost in USD, the
 calls (model, sub-question, latency, cost) and, with `"trace": true`, the prompt and the
 trajectory. `"stream": true` streams the final answer. An alpha-conditioned router takes
-the cost weight from `"alpha": 0.6` in the body or a model name `router-r1@0.6`.
+the cost weight from `"alpha": 0.6` in the body or a model name `router-r1@0.6`; a run trained
+at one alpha answers another with a 400 saying how to train one that takes it. Without pool
+flags the run's pool is used (serve_engine.pool_flags: in-process when simulated).
 
 A failing pool model is an observation for the router, as in training; a request fails
 (OpenAI-style error JSON) only when the router gives no answer. A bad request gets a JSON
