@@ -9,7 +9,9 @@ Each turn shows the policy's thinking, its route (model and sub-question) or ans
 pool's reply with the call's cost and latency, and the generation time. Colour only on a
 terminal. Without --pool the simulated pool is served in-process, with its simulated
 latencies (--sim-latency 0 answers at once). The prompt is the checkpoint's
-prompt_template.txt when it has one (--prompt-template overrides), else the default.
+prompt_template.txt when it has one (--prompt-template overrides), else the default; its
+listing is the pool's in use. At start it names the pool's models the router was never
+trained to name, and stops where that is all of them (--allow-unseen-models goes on).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from router_r1.router_env import RouterEnvConfig
 from router_r1.runtime import (LOAD_ERRORS, Decoding, EnvOverrides, EvalError, Policy, Pool, PoolFlags,
                                episode_config, episode_env, fit_context, load_policy, quiet_transformers,
                                resolve_checkpoint, resolve_env, seeded, tokenize_prompt, trained_env)
+from router_r1.trained_names import check_trained_names
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "outputs" / "embedded" / "hf"
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -157,6 +160,8 @@ def ask(a: InferConfig) -> dict:
     conditioned = trained_env(a.checkpoint).env.alphas
     alpha = (a.alpha if a.alpha is not None else conditioned[0]) if conditioned else None
     with a.open(env) as pool:
+        check_trained_names(a.checkpoint, pool.registry, a.prompt_template, a.allow_unseen_models,
+                            log=lambda msg: print(msg, file=sys.stderr))
         quiet_transformers()
         policy = load_policy(a.checkpoint, a.device, a.prompt_template, constrain_names=env.constrain_names)
         rcfg = episode_config(env, budget=a.budget, budget_mode=a.budget_mode)

@@ -84,6 +84,7 @@ class PoolFlags:
     sim_seed: int = 0  # seed of the simulated world (must match the data's)
     sim_latency: float = 0.0  # scale of the simulated latencies (0: the sim answers at once)
     include_unseen: bool = False  # the router may call models marked unseen
+    allow_unseen_models: bool = False  # go on where the router was trained to name none of the pool's models (router_r1/trained_names.py; without it that stops at start-up, and each model it was never trained to name is named)
     cache_dir: Optional[str] = None  # pool reply cache: a re-run costs the same and calls nothing
 
     def open(self, limits, default_pool: str | Path | None = None) -> ContextManager[Pool]:

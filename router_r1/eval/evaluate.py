@@ -69,6 +69,7 @@ from router_r1.runtime import (LOAD_ERRORS, ROLLOUTS, Decoding, EnvOverrides, Ev
                                quiet_transformers, resolve_checkpoint, resolve_env, seeded, tokenize_prompt,
                                trained_env)
 from router_r1.stages import trajectory_stages
+from router_r1.trained_names import check_trained_names
 from verl.trainer.dataset import eval_batches
 
 # torch and transformers are imported inside the functions that need them, so that bad
@@ -507,6 +508,7 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     if not (cfg.call_timeout_s > 0 and cfg.call_deadline_s > 0 and cfg.max_concurrency >= 1):
         raise EvalError("--call-timeout-s and --call-deadline-s must be > 0 and --max-concurrency >= 1")
     with cfg.open(limits=cfg) as pool:
+        check_trained_names(cfg.checkpoints, pool.registry, cfg.prompt_template, cfg.allow_unseen_models, log)
         runs = plan_runs(cfg, parse_baselines(cfg.baselines, pool.full, pool.registry))
         own_prompts = [r for r in runs if r.kind == "prompt-llm" or (r.kind == "router" and r.told_alpha is None)]
         if own_prompts and not (cfg.budget is not None and cfg.budget_text):
