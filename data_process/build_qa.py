@@ -16,8 +16,10 @@ not one of the paper's sets is a test set (DIR/<name>/test.jsonl, or <name>:<spl
 `--train-sources` / `--val-sources` name your own training and validation sets. A source is
 read from DIR/<name>/<split>.jsonl, else the flat DIR/<name>.jsonl (or .parquet), or from
 the file NAME=PATH names; draws that read one file share it without overlap. Input rows are
-read as plain JSON (see data_process/qa_files.py for the answer layouts); a row keeps the
-file's own `id` (or R1-Searcher's `idx`) as its source_id.
+read as plain JSON (see data_process/qa_files.py for the answer layouts), or in veRL's RL
+layout as Search-R1's and veRL's recipes write it (router_r1/qa_rows.py); a row keeps the
+file's own `id` (or `uid`, R1-Searcher's `idx`, extra_info's index) as its source_id.
+Repeated questions or ids are reported; a question over --max-question-chars is a bad row.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from data_process.schema import (DataBuildError, clean_answers, golds_problem, i
 from router_r1.flags import run_command
 from router_r1.pool.registry import ModelRegistry, RegistryError
 from router_r1.prompts import TemplateError, build_router_prompt, load_template
+from router_r1.qa_rows import MAX_QUESTION_CHARS, is_rl_layout, question_of, repeats, row_id, target_of, too_long
 
 HUB_ID = "RUC-NLPIR/FlashRAG_datasets"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +80,7 @@ class BuildConfig:
     out_dir: str | Path
     local_dir: str | Path | None = None  # None: load from the hub
     cache_dir: str | Path | None = None  # datasets cache; None: its default
-    pool: str | Path = DEFAULT_POOL
+    pool: str | Path | None = None  # None: DEFAULT_POOL; one given must be listed by the template ({pool})
     include_unseen: bool = False  # the prompt lists the paper's unseen models too
     turn_budget: int | None = None
     prompt_template: str | Path | None = None
@@ -87,6 +90,7 @@ class BuildConfig:
     test_size: int = 500
     bamboogle_size: int | None = None  # None: all 125
     strict: bool = False
+    max_question_chars: int = MAX_QUESTION_CHARS  # a longer question is a bad row
     sources: tuple[str, ...] | None = None  # NAME, NAME:SPLIT or NAME=PATH; None: the paper's sets
     train_sources: tuple[str, ...] | None = None  # NAME[:SPLIT] (split default train) or NAME=PATH; None: NQ + HotpotQA
     val_sources: tuple[str, ...] | None = None  # NAME[:SPLIT] (split default dev) or NAME=PATH; None: NQ + HotpotQA dev
@@ -217,11 +221,6 @@ def load_rows(draw: Draw, cache_dir=None) -> tuple[list[RawRow], str]:
     return [RawRow(f"{where} row {i}", rec) for i, rec in enumerate(ds.to_list())], where
 
 
-def row_id(record: dict):
-    """The row's own id: `id` (FlashRAG), else `idx` (R1-Searcher), else None."""
-    return record.get("id", record.get("idx"))
-
-
 @dataclass
 class Usable:
     """The usable rows of one source split, what was skipped (by reason), and how the golds were read."""
@@ -230,31 +229,38 @@ class Usable:
     bad: Counter
     first_bad: dict[str, str]  # reason -> where it first happened
     mapped: str
+    repeats: list[str] = field(default_factory=list)  # warnings: questions or ids that repeat among the items
 
 
-def usable_items(rows: list[RawRow], where: str, strict: bool) -> Usable:
-    """The rows with a question and gold answers, and a count of the others by reason.
+def usable_items(rows: list[RawRow], where: str, strict: bool,
+                 max_question_chars: int = MAX_QUESTION_CHARS) -> Usable:
+    """The rows with a question and gold answers, and a count of the others by reason: plain QA rows (`question`
+    and a gold column), or veRL's RL layout (router_r1/qa_rows.py).
 
     Every message names the file and line; with `strict` the first bad row is an error."""
     columns = columns_of(rows)
     key = gold_key(rows)
+    rl = is_rl_layout(columns)
     if not rows:
         raise DataBuildError(f"{where}: the file is empty (no rows)")
     if all(r.record is None for r in rows):
         pass  # every line unreadable: counted below, then "no usable rows"
-    elif QUESTION_KEY not in columns:
-        raise DataBuildError(f"{where}: missing column {QUESTION_KEY!r} (columns: {', '.join(columns)})")
-    elif key is None:
+    elif not rl and QUESTION_KEY not in columns:
+        raise DataBuildError(f"{where}: missing column {QUESTION_KEY!r} (columns: {', '.join(columns)}); a file in "
+                             "veRL's RL layout has reward_model, and extra_info.question or a prompt")
+    elif not rl and key is None:
         raise DataBuildError(f"{where}: missing column 'golden_answers' (or 'answers' / 'answer'; "
                              f"columns: {', '.join(columns)})")
-    items, bad, first, shapes = [], Counter(), {}, Counter()
+    items, bad, first, places, own_ids = [], Counter(), {}, [], []
+    shapes: dict[tuple[str, str], Counter] = {}  # (question field, gold field) -> {shape: rows}
     for i, r in enumerate(rows):
         problem, rec = r.problem, r.record
         if problem is None:
-            value = rec.get(key)
-            golds, shape = gold_list(value, key) if value is not None else (None, f"missing {key}")
-            problem = (question_problem(rec.get(QUESTION_KEY)) or (shape if golds is None else golds_problem(golds, key))
-                       or id_problem(row_id(rec)))
+            (question, asked), (value, gold) = ((question_of(rec), target_of(rec)) if rl else
+                                                ((rec.get(QUESTION_KEY), QUESTION_KEY), (rec.get(key), key)))
+            golds, shape = gold_list(value, gold) if value is not None else (None, f"missing {gold}")
+            problem = (question_problem(question) or too_long(question, max_question_chars)
+                       or (shape if golds is None else golds_problem(golds, gold)) or id_problem(row_id(rec)))
         if problem is not None:
             if strict:
                 raise DataBuildError(f"{r.where}: {problem} (--strict)")
@@ -262,12 +268,15 @@ def usable_items(rows: list[RawRow], where: str, strict: bool) -> Usable:
             bad[reason] += 1
             first.setdefault(reason, r.where)
             continue
-        shapes[shape] += 1
+        shapes.setdefault((asked, gold), Counter())[shape] += 1
         rid = row_id(rec)
-        items.append(QAItem(str(i if rid is None else rid), rec[QUESTION_KEY].strip(), clean_answers(golds)))
-    mapped = f"question from {QUESTION_KEY!r}, golds from {key!r} (" + ", ".join(
-        f"{n} rows: {shape}" for shape, n in shapes.most_common()) + ")"
-    return Usable(items, bad, first, mapped)
+        items.append(QAItem(str(i) if rid is None else rid, question.strip(), clean_answers(golds)))
+        places.append(" ".join(r.where.split(" ")[-2:]))  # "line 7" / "row 6"
+        own_ids.append(rid)
+    mapped = "; ".join(f"question from {asked!r}, golds from {gold!r} (" + ", ".join(
+        f"{n} rows: {shape}" for shape, n in counts.most_common()) + ")" for (asked, gold), counts in shapes.items())
+    found = [repeats([it.question for it in items], places, "question"), repeats(own_ids, places, "id")]
+    return Usable(items, bad, first, mapped, [f"{where}: {w}" for w in found if w])
 
 
 def plan_sizes(n: int, draws: list[Draw], where: str) -> tuple[list[int], str | None]:
@@ -315,6 +324,18 @@ def make_prompter(pool, include_unseen: bool = False, prompt_template=None,
     return lambda question: build_router_prompt(question, registry, template, turn_budget)
 
 
+def check_pool_listed(cfg: BuildConfig) -> None:
+    """A pool (or --include-unseen) given for a template that lists no pool would change nothing: refused."""
+    if cfg.prompt_template is None or (cfg.pool is None and not cfg.include_unseen):
+        return
+    template = load_template(cfg.prompt_template)
+    if "{pool}" not in template:
+        flag = f"--pool {cfg.pool}" if cfg.pool is not None else "--include-unseen"
+        raise DataBuildError(f"{flag}: the prompt template {cfg.prompt_template} has no {{pool}} placeholder, so no "
+                             "prompt would list the pool's models (they list what the template's text names); drop "
+                             "the flag, or give a template with {pool}")
+
+
 def write_parquets(out_dir, outputs: dict[str, list[dict]]) -> dict[str, int]:
     """Write each file name's rows under out_dir (train, val, then the rest by name)."""
     import pandas as pd
@@ -333,7 +354,8 @@ def write_parquets(out_dir, outputs: dict[str, list[dict]]) -> dict[str, int]:
 def build(cfg: BuildConfig, draws: list[Draw] | None = None) -> BuildReport:
     """Load, clean, sample, prompt and write every parquet file; return what was done."""
     draws = default_draws(cfg) if draws is None else draws
-    prompter = make_prompter(cfg.pool, cfg.include_unseen, cfg.prompt_template, cfg.turn_budget)
+    check_pool_listed(cfg)
+    prompter = make_prompter(cfg.pool or DEFAULT_POOL, cfg.include_unseen, cfg.prompt_template, cfg.turn_budget)
     report = BuildReport()
     outputs: dict[str, list[dict]] = {}
 
@@ -345,7 +367,7 @@ def build(cfg: BuildConfig, draws: list[Draw] | None = None) -> BuildReport:
     for group in groups.values():
         first = group[0]
         rows, where = load_rows(first, cfg.cache_dir)
-        usable = usable_items(rows, where, cfg.strict)
+        usable = usable_items(rows, where, cfg.strict, cfg.max_question_chars)
         name = f"{first.source}/{first.source_split}"
         report.mapped[name] = usable.mapped
         if usable.bad:
@@ -354,9 +376,9 @@ def build(cfg: BuildConfig, draws: list[Draw] | None = None) -> BuildReport:
             raise DataBuildError(f"{where}: no usable rows ({sum(usable.bad.values())} bad: "
                                  + ", ".join(f"{r}: {n}" for r, n in usable.bad.items()) + ")")
         takes, warning = plan_sizes(len(usable.items), group, where)
-        if warning:
-            report.warnings.append(warning)
-            print(f"warning: {warning}", file=sys.stderr)
+        for w in usable.repeats + [warning] * bool(warning):
+            report.warnings.append(w)
+            print(f"warning: {w}", file=sys.stderr)
         plans.append((group, usable.items, takes))
 
     for group, items, takes in plans:
@@ -408,7 +430,8 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
     p.add_argument("--local-dir", default=None, help="read DIR/<name>/<split>.jsonl, else DIR/<name>.jsonl (or "
                                                       ".parquet) instead of the hub")
     p.add_argument("--cache-dir", default=None, help="datasets cache directory")
-    p.add_argument("--pool", default=str(DEFAULT_POOL), help="pool yaml whose models the prompt lists")
+    p.add_argument("--pool", default=None, help="pool yaml whose models the prompt lists (default: "
+                                                 "configs/pool/paper.yaml); the template must have {pool}")
     p.add_argument("--include-unseen", action="store_true", help="also list the models marked unseen")
     p.add_argument("--turn-budget", type=budget_arg, default=None, help="state a routing-turn budget in every prompt")
     p.add_argument("--prompt-template", default=None, help="template file with {question} (and {pool}, {budget})")
@@ -418,6 +441,9 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
     p.add_argument("--test-size", type=size_arg, default=500, help="rows per test source, Bamboogle aside")
     p.add_argument("--bamboogle-size", type=size_arg, default=None, help="Bamboogle test rows (default: all)")
     p.add_argument("--strict", action="store_true", help="a bad input row is an error instead of skipped")
+    p.add_argument("--max-question-chars", type=size_arg, default=MAX_QUESTION_CHARS,
+                   help=f"a longer question is a bad row (default {MAX_QUESTION_CHARS:,}; a QA question is a few "
+                        "hundred characters)")
     p.add_argument("--sources", type=_csv, default=None, metavar="NAME[:SPLIT]|NAME=PATH,...",
                    help="build only these sources; a name not among the paper's sets is a test set read from "
                         "<name>/test (or <name>/SPLIT), or from the file PATH; each name once")

@@ -46,6 +46,7 @@ from router_r1.pool.openai_http import (MODEL_KEY, ServerSettings, application, 
 from router_r1.pool.server import ServerThread
 from router_r1.flags import from_args, parser_for
 from router_r1.prompts import build_router_prompt
+from router_r1.qa_rows import MAX_QUESTION_CHARS  # one bound for a question, served or evaluated; 3.9 MB once stalled the server
 from router_r1.router_env import RouterEnvConfig
 from router_r1.trained_names import check_trained_names
 from router_r1.runtime import (LOAD_ERRORS, ROLLOUTS, EnvOverrides, EvalError, Pool, Policy, PoolFlags, episode_config, episode_env,
@@ -59,7 +60,6 @@ log = logging.getLogger("router_r1.serve")
 # finish_reason of an answer taken from an episode that broke the output format (an answer block out of place, two of
 # them, no <think> first ...): not one of OpenAI's values on purpose, so a client that expects "stop" notices
 MALFORMED = "malformed"
-MAX_QUESTION_CHARS = 20_000  # a QA question is a few hundred characters; 3.9 MB once stalled the server and took 500 MB
 
 # The request fields of OpenAI's chat completions: those the router acts on, those it takes without effect (they
 # describe the caller, not the answer), and those it cannot honour, refused with a 400 naming them (as OpenAI refuses

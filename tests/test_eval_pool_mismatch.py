@@ -62,10 +62,10 @@ def test_a_template_listing_models_the_pool_lacks_warns(tmp_path):
     assert "appear in no prompt" in warning  # and the pool's own models are listed nowhere
 
 
-def test_rows_not_built_with_the_checkpoint_s_template_are_refused_naming_both(tmp_path):
-    """Data built with the default template, a checkpoint trained with its own: an error, not 0 calls on every row."""
-    import contextlib
-
+def test_rows_not_built_with_the_checkpoint_s_template_are_rebuilt_with_it_naming_both(tmp_path, capsys):
+    """Data built with the default template, a checkpoint trained with its own: its prompts are rebuilt from the
+    questions with the checkpoint's template (was an error: the documented own-QA commands needed --prompt-template),
+    never evaluated on a prompt it was not trained with."""
     from router_r1.eval.evaluate import main
     from tiny import tiny_model
 
@@ -78,17 +78,16 @@ def test_rows_not_built_with_the_checkpoint_s_template_are_refused_naming_both(t
     (ckpt / "prompt_template.txt").write_text("Route or answer.\n{budget}Question: {question}\n")
     args = ["--checkpoint", str(ckpt), "--data", str(test_file), "--sim", "--out", str(tmp_path / "out"),
             "--response-length", "4", "--max-response-length", "16", "--device", "cpu"]
-    err = tmp_path / "err.txt"
-    with open(err, "w") as f, contextlib.redirect_stderr(f):
-        assert main(args) == 2
-    message = err.read_text()
-    assert f"{test_file} row 0" in message and str(ckpt / "prompt_template.txt") in message
-    assert not (tmp_path / "out" / "summary.json").exists()
+    assert main(args) == 0
+    note = next(line for line in capsys.readouterr().out.splitlines() if "rebuilt" in line)
+    assert f"{test_file} row 0" in note and str(ckpt / "prompt_template.txt") in note
+    assert "rebuilt from their questions" in note and "2 of 2 rows" in note
     # data built with the checkpoint's own template: evaluated
     build_sim(SimConfig(out_dir=tmp_path / "own", train_size=1, val_size=1, test_size=2,
                         prompt_template=ckpt / "prompt_template.txt"))
     args[args.index(str(test_file))] = str(tmp_path / "own" / "test.parquet")
     assert main(args) == 0 and (tmp_path / "out" / "summary.json").exists()
+    assert "rebuilt" not in capsys.readouterr().out  # its rows' own prompts
 
 
 def test_a_checkpoint_without_a_template_warns_on_rows_of_another(tmp_path):

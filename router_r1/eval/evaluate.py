@@ -11,6 +11,14 @@ reward of an evaluation is read against that evaluation's own costs (a fresh
 CostNormalizer holding every trajectory of the run), so it ranks trajectories within a
 run and does not compare runs. Compare runs by raw cost.
 
+The data: our router rows (python -m data_process.build_qa, sim.qa) or parquet in veRL's RL layout as Search-R1 and
+veRL's recipes write it (router_r1/qa_rows.py: the question from extra_info.question, a question column or the
+prompt's last user message, the golds from reward_model.ground_truth); trajectories keep each row's own id
+(source_id). A router is prompted with its own template (the checkpoint's prompt_template.txt, or
+--prompt-template): rows whose prompts were built otherwise get theirs rebuilt from their question with it, over
+the evaluation pool, and a note says how many. Repeated questions or ids within a file are warned about; a
+question over --max-question-chars is refused, naming its row.
+
 --budget N evaluates under a turn budget (AdaTurn): at most N routing turns, stated in each
 router prompt (rebuilt from extra_info.question with the checkpoint's template; --no-budget-text
 keeps the rows' prompts), and --budget-mode says what a route past the budget leads to
@@ -27,6 +35,8 @@ Without --pool (or with --sim) the simulated pool is served in-process on 127.0.
 Writes summary.json, trajectories.jsonl and pareto.png under --out (default: a new
 outputs/eval/<time>[-N] of its own) and prints a table; each replaces the old file only when
 the whole evaluation succeeded (a failed one leaves its finished runs in trajectories.jsonl.partial).
+--checkpoint takes a run's dir (train.sh's OUT, or its ppo/), its hf/ export or an HF model dir
+(runtime.resolve_checkpoint, the rule of infer.py, the server and calibration too).
 Bad input (a missing file, column or checkpoint, an unreachable pool) ends with a
 one-line error naming it and exit code 2. A run whose pool calls failed more often than
 --max-pool-failure-rate (default 0.2) has its outputs written, then ends the evaluation
@@ -63,11 +73,12 @@ from router_r1.reward.cost import CostNormalizer
 from router_r1.reward.qa_em import extract_answer
 from router_r1.reward.score import RewardConfig, compute_scores
 from router_r1.router_env import RouterEnvConfig
-from router_r1.row_check import check_router_row
+from router_r1.qa_rows import MAX_QUESTION_CHARS, question_of, repeats, row_id, target_of, too_long
+from router_r1.row_check import TARGET, gold_problem
 from router_r1.runtime import (LOAD_ERRORS, ROLLOUTS, Decoding, EnvOverrides, EvalError, Policy, Pool, PoolFlags,
                                check_endpoints, episode_config, episode_env, fit_context, load_policy,
-                               quiet_transformers, resolve_checkpoint, resolve_env, seeded, tokenize_prompt,
-                               trained_env)
+                               quiet_transformers, resolve_checkpoint, resolve_env, seeded, template_pattern,
+                               tokenize_prompt, trained_env)
 from router_r1.stages import trajectory_stages
 from router_r1.trained_names import check_trained_names
 from verl.trainer.dataset import eval_batches
@@ -96,8 +107,9 @@ class EvalRow:
     source: str  # data_source
     golds: list[str]
     messages: list[dict]  # the router prompt as built for training
-    question: str | None  # extra_info.question: what direct / pool-only baselines ask
+    question: str | None  # extra_info.question (router_r1/qa_rows.py): what direct / pool-only baselines ask
     where: str  # "FILE row I", for error messages
+    source_id: str | None = None  # the user's own id of the row (an id / uid column, extra_info.source_id), kept in trajectories
 
 
 def find_data_files(patterns: list[str]) -> list[Path]:
@@ -121,8 +133,10 @@ def find_data_files(patterns: list[str]) -> list[Path]:
     return files
 
 
-def load_rows(files: list[Path], limit: int | None = None) -> list[EvalRow]:
-    """Rows of every file (the first `limit` of each); checks columns and gold answers."""
+def load_rows(files: list[Path], limit: int | None = None, max_question_chars: int = MAX_QUESTION_CHARS,
+              log=print) -> list[EvalRow]:
+    """Rows of every file (the first `limit` of each), ours or in veRL's RL layout (router_r1/qa_rows.py): checks
+    the columns, the golds and each question's length; warns of questions or ids repeated within a file."""
     import pyarrow.parquet as pq
 
     rows: list[EvalRow] = []
@@ -134,35 +148,47 @@ def load_rows(files: list[Path], limit: int | None = None) -> list[EvalRow]:
             raise EvalError(f"{path}: cannot read as parquet ({type(e).__name__})") from e
         missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
         if missing:
-            raise EvalError(f"{path}: missing column {missing[0]!r} (columns: {', '.join(table.column_names)})")
+            raise EvalError(f"{path}: missing column {missing[0]!r} (columns: {', '.join(table.column_names)}); "
+                            f"a plain QA file becomes router rows with python -m data_process.build_qa "
+                            f"--sources NAME={path} --splits test")
+        mine = []
         for i, rec in enumerate(table.slice(0, limit).to_pylist()):
             where = f"{path} row {i}"
-            row = _row(rec, where, f"{path.name}:{i}")
+            row = _row(rec, where, f"{path.name}:{i}", max_question_chars)
             if row.uid in seen:
                 raise EvalError(f"{where}: uid {row.uid!r} repeats {seen[row.uid]}")
             seen[row.uid] = where
-            rows.append(row)
+            mine.append(row)
+        places = [f"row {i}" for i in range(len(mine))]
+        for what, values in (("question", [r.question and r.question.strip() for r in mine]),
+                             ("id", [r.source_id for r in mine])):
+            if (warning := repeats(values, places, what)) is not None:
+                log(f"WARNING: {path}: {warning}")
+        rows += mine
     if not rows:
         raise EvalError(f"{', '.join(map(str, files))}: no rows")
     return rows
 
 
-def _row(rec: dict, where: str, fallback_uid: str) -> EvalRow:
+def _row(rec: dict, where: str, fallback_uid: str, max_question_chars: int = MAX_QUESTION_CHARS) -> EvalRow:
     source = rec.get("data_source")
     if not isinstance(source, str) or not source:
         raise EvalError(f"{where}: field 'data_source' must be a non-empty string")
-    problem = check_router_row(rec)  # the trainer's load-time check: golds present, non-empty, normalisable
+    target, field_name = target_of(rec)  # ours: ground_truth.target; veRL's recipes: ground_truth itself too
+    problem = gold_problem(target)  # the trainer's load-time check: golds present, non-empty, normalisable
     if problem:
-        raise EvalError(f"{where}: {problem}")
-    target = rec["reward_model"]["ground_truth"]["target"]
+        raise EvalError(f"{where}: {problem.replace(TARGET, f'field {field_name!r}')}")  # the field it read
     golds = [target] if isinstance(target, str) else target
     messages = rec.get("prompt")
     if not isinstance(messages, list) or not messages or not all(
             isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in messages):
         raise EvalError(f"{where}: field 'prompt' must be a non-empty list of chat messages")
-    info = rec.get("extra_info") or {}
-    question = info.get("question") if isinstance(info.get("question"), str) else None
-    return EvalRow(str(info.get("uid") or fallback_uid), source, golds, messages, question, where)
+    question, asked_in = question_of(rec)
+    question = question if isinstance(question, str) and question.strip() else None
+    if question is not None and (long := too_long(question, max_question_chars)):
+        raise EvalError(f"{where}: {long} (field {asked_in})")
+    info = rec.get("extra_info") if isinstance(rec.get("extra_info"), dict) else {}
+    return EvalRow(str(info.get("uid") or fallback_uid), source, golds, messages, question, where, row_id(rec))
 
 
 # A pool line of a router prompt: a name, then its price, whatever the template: the default's
@@ -171,12 +197,13 @@ _LISTED_MODEL = re.compile(r"^[ \t]*(?:[-*\u2022][ \t]+|\d+[.)][ \t]+)?([^\s(:$]
                            re.MULTILINE)
 
 
-def prompt_pool_mismatch(rows: list[EvalRow], registry: ModelRegistry) -> str | None:
-    """A warning when the rows' prompts list models that the evaluation pool lacks (the policy would
-    route to them and get invalid actions), or when the pool offers models no prompt lists."""
+def prompt_pool_mismatch(rows: list[EvalRow], registry: ModelRegistry, messages: list | None = None) -> str | None:
+    """A warning when the rows' prompts (or `messages`, one per row: the prompts a run uses) list models that the
+    evaluation pool lacks (the policy would route to them and get invalid actions), or when the pool offers models
+    no prompt lists."""
     listed: dict[str, str] = {}  # name -> first row listing it
-    for row in rows:
-        for m in row.messages:
+    for row, prompt in zip(rows, messages or [r.messages for r in rows]):
+        for m in prompt:
             for name in _LISTED_MODEL.findall(m["content"]):
                 listed.setdefault(name, row.where)
     if not listed:  # a custom template without the pool list: nothing to compare
@@ -192,7 +219,8 @@ def prompt_pool_mismatch(rows: list[EvalRow], registry: ModelRegistry) -> str | 
     if unlisted:
         parts.append(f"the pool's {', '.join(unlisted)} appear in no prompt")
     return ("the data was built for another pool: " + "; ".join(parts) + ". Rebuild the data with this pool "
-            "(python -m data_process.build_qa --pool POOL.yaml)")
+            "(python -m data_process.build_qa --pool POOL.yaml), or evaluate with the pool the router's prompt "
+            "template lists")
 
 
 def questions_of(rows: list[EvalRow], label: str) -> list[str]:
@@ -218,9 +246,10 @@ class EvalConfig(PoolFlags, EnvOverrides, Decoding):
     batch_size: int = 64  # rows per generate call
     out: Optional[str] = None  # output dir (default: a new outputs/eval/<time>, -2, -3... when that second is taken); its files are replaced only when the evaluation succeeds
     limit: Optional[int] = None  # first N rows of each file
+    max_question_chars: int = MAX_QUESTION_CHARS  # a row whose question is longer is refused, naming it (a QA question is a few hundred characters)
     device: Optional[str] = None  # torch device (default: cuda if available)
     rollout: str = field(default="auto", metadata={"choices": ROLLOUTS})  # decoding backend: auto = hf_static on CUDA where the model type allows, else hf
-    prompt_template: Optional[str] = None  # template file of the prompts built here (direct, --budget, alpha-conditioned; default: the checkpoint's prompt_template.txt)
+    prompt_template: Optional[str] = None  # the router's template (default: the checkpoint's prompt_template.txt): rows built with another are prompted from their question with it, as are direct, --budget and alpha-conditioned runs
     budget: Optional[int] = field(default=None, metadata={"metavar": "N"})  # turn budget: at most N routing turns, stated in the prompt (AdaTurn)
     budget_mode: str = field(default="end", metadata={"choices": ("end", "forced")})  # a route past the budget: end the episode, or refuse it and ask for the answer
     budget_text: bool = True  # with --budget, state the budget in the router prompt (--no-budget-text: keep the rows' prompts, only enforce the limit)
@@ -288,8 +317,8 @@ def records_of(label: str, rows: list[EvalRow], episodes: list[dict]) -> list[di
     out = []
     for row, ep in zip(rows, episodes):
         called = list(dict.fromkeys(t["model"] for t in ep["turns"] if "ok" in t))  # calls made, failed or not
-        out.append({"run": label, "uid": row.uid, "data_source": row.source, "question": row.question,
-                    "golds": row.golds, "models_called": called, **ep})
+        out.append({"run": label, "uid": row.uid, "source_id": row.source_id, "data_source": row.source,
+                    "question": row.question, "golds": row.golds, "models_called": called, **ep})
     return out
 
 
@@ -379,11 +408,40 @@ def _rollout_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, cfg:
                     for q in questions_of(rows, run.label)]
         rcfg = cfg.router_config()
     else:
-        check_row_prompts(rows, policy, log)
-        messages, rcfg = [r.messages for r in rows], cfg.router_config()
+        messages, rcfg = router_prompts(rows, policy, pool.registry, log), cfg.router_config()
+        warn_pool_mismatch(rows, pool.registry, messages, log)
     prompts = [tokenize_prompt(policy.tokenizer, m) for m in messages]
     rcfg = fit_context(prompts, [r.where for r in rows], policy, rcfg, log)
     return router_episodes(prompts, policy, pool, rcfg, cfg.sampling(), cfg.batch_size)
+
+
+def warn_pool_mismatch(rows: list[EvalRow], registry: ModelRegistry, messages: list | None, log) -> None:
+    if (mismatch := prompt_pool_mismatch(rows, registry, messages)) is not None:
+        log(f"WARNING: {mismatch}")
+
+
+def router_prompts(rows: list[EvalRow], policy: Policy, registry: ModelRegistry, log=print) -> list[list[dict]]:
+    """The router's prompts: a row's own where it was built with the router's template (the checkpoint's
+    prompt_template.txt, or --prompt-template), else rebuilt from the row's question with that template over the
+    evaluation pool (a note says how many); a router without a template keeps the rows' (with a warning)."""
+    if policy.template is None:
+        check_row_prompts(rows, policy, log)
+        return [r.messages for r in rows]
+    shape = template_pattern(policy.template)
+    own = [shape.fullmatch(next((m["content"] for m in reversed(r.messages) if m.get("role") == "user"), ""))
+           is not None for r in rows]
+    if all(own):
+        return [r.messages for r in rows]
+    other = [r for r, o in zip(rows, own) if not o]
+    for row in other:
+        if row.question is None:
+            raise EvalError(f"{row.where}: its prompt was not built with {policy.template_source or 'the router template'}"
+                            ", and the row has no question to rebuild it from (extra_info.question, a question "
+                            "column or a user message)")
+    log(f"note: {policy.template_mismatch([(other[0].where, other[0].messages)])}; the router prompts of {len(other)} "
+        f"of {len(rows)} rows are rebuilt from their questions with that template, over the evaluation pool")
+    return [r.messages if o else build_router_prompt(r.question, registry, policy.template)
+            for r, o in zip(rows, own)]
 
 
 def check_row_prompts(rows: list[EvalRow], policy: Policy, log=print) -> None:
@@ -402,6 +460,7 @@ def check_row_prompts(rows: list[EvalRow], policy: Policy, log=print) -> None:
 
 def _prompt_llm_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, cfg: EvalConfig, log) -> list[dict]:
     questions = questions_of(rows, run.label)
+    warn_pool_mismatch(rows, pool.registry, None, log)  # it reads the rows' own prompts
     prompts = [tokenize_prompt(policy.tokenizer, r.messages) for r in rows]
     rcfg = fit_context(prompts, [r.where for r in rows], policy, cfg.router_config(), log)
     sampling = replace(cfg.sampling(), stop=tuple(STOP_STRINGS), max_new_tokens=rcfg.response_length)
@@ -413,13 +472,13 @@ def _prompt_llm_run(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy, c
     return episodes
 
 
-def train_rows_for(cfg: EvalConfig, files: list[Path]) -> tuple[Path, list[EvalRow]]:
+def train_rows_for(cfg: EvalConfig, files: list[Path], log=print) -> tuple[Path, list[EvalRow]]:
     """The knn / mlp routers' train rows: --train-data, else train.parquet beside the first data file."""
     path = Path(cfg.train_data) if cfg.train_data else files[0].parent / "train.parquet"
     if not path.is_file():
         raise EvalError(f"{path}: no train data for the knn/mlp baselines (they learn from the train split's "
                         "per-model outcomes); pass --train-data FILE")
-    return path, load_rows([path])
+    return path, load_rows([path], max_question_chars=cfg.max_question_chars, log=log)
 
 
 def _routing_baseline_run(run: Run, rows: list[EvalRow], pool: Pool, cfg: EvalConfig, log,
@@ -485,6 +544,7 @@ def with_training_shape(cfg: EvalConfig, log=print) -> EvalConfig:
 
 def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=print) -> dict:
     """Run every planned run, write the outputs, return the summary. `load(checkpoint)` gives a Policy."""
+    log = _once(log)  # each run would repeat the data's warnings
     if cfg.batch_size < 1:
         raise EvalError(f"--batch-size must be >= 1, got {cfg.batch_size}")
     if cfg.limit is not None and cfg.limit < 1:
@@ -497,7 +557,9 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     if load is None:  # real checkpoints: each --checkpoint to its model dir (a caller's `load` names its own)
         cfg = replace(cfg, checkpoints=[str(resolve_checkpoint(c)) for c in cfg.checkpoints])
     files = find_data_files(cfg.data)
-    rows = load_rows(files, cfg.limit)
+    if cfg.max_question_chars < 1:
+        raise EvalError(f"--max-question-chars must be >= 1, got {cfg.max_question_chars}")
+    rows = load_rows(files, cfg.limit, cfg.max_question_chars, log)
     cfg = with_training_shape(cfg, log)
     # the resolved settings: a run saved with env.constrain_names decodes on the engine that applies it
     load = load or (lambda c: quiet_transformers() or load_policy(c, cfg.device, cfg.prompt_template, cfg.rollout,
@@ -510,12 +572,7 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     with cfg.open(limits=cfg) as pool:
         check_trained_names(cfg.checkpoints, pool.registry, cfg.prompt_template, cfg.allow_unseen_models, log)
         runs = plan_runs(cfg, parse_baselines(cfg.baselines, pool.full, pool.registry))
-        own_prompts = [r for r in runs if r.kind == "prompt-llm" or (r.kind == "router" and r.told_alpha is None)]
-        if own_prompts and not (cfg.budget is not None and cfg.budget_text):
-            mismatch = prompt_pool_mismatch(rows, pool.registry)  # these runs use the rows' own prompts
-            if mismatch:
-                log(f"WARNING: {mismatch}")
-        train = train_rows_for(cfg, files) if any(r.kind in ("knn", "mlp") for r in runs) else None
+        train = train_rows_for(cfg, files, log) if any(r.kind in ("knn", "mlp") for r in runs) else None
         truth = answer_key(pool.full, cfg.sim_seed)  # None for a pool without a world: world-free stages
         out_dir = Path(cfg.out) if cfg.out else new_eval_dir(Path("outputs") / "eval")
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -567,6 +624,19 @@ def evaluate(cfg: EvalConfig, load: Callable[..., Policy] | None = None, log=pri
     summary["out_dir"] = str(out_dir)
     check_pool_health(summaries, cfg)
     return summary
+
+
+def _once(log):
+    """`log` that says each warning or note once."""
+    said: set[str] = set()
+
+    def say(msg: str) -> None:
+        if msg.startswith(("WARNING", "note")):
+            if msg in said:
+                return
+            said.add(msg)
+        log(msg)
+    return say
 
 
 PARTIAL = "trajectories.jsonl.partial"  # a failed evaluation's finished runs; the previous outputs stay as they were
