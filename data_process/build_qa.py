@@ -38,6 +38,7 @@ from data_process.qa_files import QUESTION_KEY, RawRow, columns_of, gold_key, go
 from data_process.schema import (DataBuildError, clean_answers, golds_problem, id_problem, make_row, question_problem,
                                   validate_row)
 from router_r1.flags import run_command
+from router_r1.pool import listing
 from router_r1.pool.registry import ModelRegistry, RegistryError
 from router_r1.prompts import TemplateError, build_router_prompt, load_template
 from router_r1.qa_rows import MAX_QUESTION_CHARS, is_rl_layout, question_of, repeats, row_id, target_of, too_long
@@ -80,7 +81,7 @@ class BuildConfig:
     out_dir: str | Path
     local_dir: str | Path | None = None  # None: load from the hub
     cache_dir: str | Path | None = None  # datasets cache; None: its default
-    pool: str | Path | None = None  # None: DEFAULT_POOL; one given must be listed by the template ({pool})
+    pool: str | Path | None = None  # None: DEFAULT_POOL; one given must be listed by the template (check_pool_listed)
     include_unseen: bool = False  # the prompt lists the paper's unseen models too
     turn_budget: int | None = None
     prompt_template: str | Path | None = None
@@ -328,12 +329,12 @@ def check_pool_listed(cfg: BuildConfig) -> None:
     """A pool (or --include-unseen) given for a template that lists no pool would change nothing: refused."""
     if cfg.prompt_template is None or (cfg.pool is None and not cfg.include_unseen):
         return
-    template = load_template(cfg.prompt_template)
-    if "{pool}" not in template:
+    if not listing.styles_in(load_template(cfg.prompt_template)):
         flag = f"--pool {cfg.pool}" if cfg.pool is not None else "--include-unseen"
-        raise DataBuildError(f"{flag}: the prompt template {cfg.prompt_template} has no {{pool}} placeholder, so no "
-                             "prompt would list the pool's models (they list what the template's text names); drop "
-                             "the flag, or give a template with {pool}")
+        keys = ", ".join("{" + k + "}" for k in listing.LISTINGS.values())
+        raise DataBuildError(f"{flag}: the prompt template {cfg.prompt_template} has no pool placeholder ({keys}), so "
+                             "no prompt would list the pool's models (they list what the template's text names); drop "
+                             "the flag, or give a template with one")
 
 
 def write_parquets(out_dir, outputs: dict[str, list[dict]]) -> dict[str, int]:
@@ -431,7 +432,7 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
                                                       ".parquet) instead of the hub")
     p.add_argument("--cache-dir", default=None, help="datasets cache directory")
     p.add_argument("--pool", default=None, help="pool yaml whose models the prompt lists (default: "
-                                                 "configs/pool/paper.yaml); the template must have {pool}")
+                                                 "configs/pool/paper.yaml); the template must list it ({pool})")
     p.add_argument("--include-unseen", action="store_true", help="also list the models marked unseen")
     p.add_argument("--turn-budget", type=budget_arg, default=None, help="state a routing-turn budget in every prompt")
     p.add_argument("--prompt-template", default=None, help="template file with {question} (and {pool}, {budget})")

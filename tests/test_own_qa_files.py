@@ -207,10 +207,10 @@ def test_build_qa_pool_is_used_or_refused(tmp_path, capsys):
     baked.write_text("Models:\nLLaMA-3.1-8B-Instruct $0.18: geography\nQuestion: {question}\n")
     code = build_main(["--out-dir", str(tmp_path / "x"), *base, "--prompt-template", str(baked), "--pool", str(SIM)])
     err = capsys.readouterr().err
-    assert code == 1 and f"--pool {SIM}: the prompt template {baked} has no {{pool}} placeholder" in err
+    assert code == 1 and f"--pool {SIM}: the prompt template {baked} has no pool placeholder ({{pool}}, " in err
     assert not (tmp_path / "x").exists()  # was built, every prompt listing the template's models, the pool unread
     assert build_main(["--out-dir", str(tmp_path / "y"), *base, "--prompt-template", str(baked)]) == 0  # no --pool
-    # with {pool}, the prompts list the pool's models
+    # with a pool placeholder, the prompts list the pool's models
     listed = tmp_path / "listed.txt"
     listed.write_text("Models:\n{pool}\nQuestion: {question}\n")
     for pool in ("sim", "paper"):
@@ -219,3 +219,6 @@ def test_build_qa_pool_is_used_or_refused(tmp_path, capsys):
     sim, paper = (pq.read_table(tmp_path / p / "test_mine.parquet").to_pylist()[0]["prompt"][0]["content"]
                   for p in ("sim", "paper"))
     assert sim != paper and "Mixtral-8x22B-Instruct" in sim
+    cards = tmp_path / "cards.txt"  # any listing placeholder lists the pool
+    cards.write_text("Models:\n{pool_card}\nQuestion: {question}\n")
+    assert build_main(["--out-dir", str(tmp_path / "c"), *base, "--prompt-template", str(cards), "--pool", str(SIM)]) == 0
