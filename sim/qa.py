@@ -5,7 +5,7 @@
 Same row schema as build_qa, data_source "sim_1hop" or "sim_2hop". The world seed must
 match the simulated pool's (`router_r1.pool.server --backend sim`, seed 0 by default), or
 the experts answer about another world. Train questions use the world's train facts; val
-and test use its held-out facts, and val never repeats a fact chain of test.
+and test use its held-out facts, and val never uses a fact any test question uses.
 """
 from __future__ import annotations
 
@@ -40,20 +40,20 @@ class SimConfig:
     two_hop_frac: float = 0.4  # share of two-hop questions
 
 
-def _chain(q: SimQuestion) -> tuple:
-    # The same fact chain can be worded two ways; disjointness is about facts, not wording.
-    return tuple((h.relation, h.subject) for h in q.hops)
+def _fact(h) -> tuple:
+    # The same fact can be worded two ways; disjointness is about facts, not wording.
+    return (h.relation, h.subject)
 
 
 def draw_questions(cfg: SimConfig) -> dict[str, list[SimQuestion]]:
     """Questions per output split; test first, so it does not depend on the val size."""
     world = SimWorld(seed=cfg.world_seed, n_entities_per_type=cfg.world_entities)
     test = world.questions(cfg.test_size, cfg.seed, "test", cfg.two_hop_frac)
-    taken = {_chain(q) for q in test}
-    # A second draw holds at most test_size chains of test, so val_size are always left. The
-    # few two-hop held-out chains overlap most, so keep the one/two-hop mix by quota.
-    extra = world.questions(cfg.test_size + cfg.val_size, cfg.seed + 1, "test", cfg.two_hop_frac)
-    fresh = [q for q in extra if _chain(q) not in taken]
+    # Val shares no single fact with test (not only no chain): a choice made on val (a probe, the best step)
+    # must not have seen a test answer. A second draw three val sizes past test leaves enough such questions.
+    taken = {_fact(h) for q in test for h in q.hops}
+    extra = world.questions(cfg.test_size + 3 * cfg.val_size, cfg.seed + 1, "test", cfg.two_hop_frac)
+    fresh = [q for q in extra if not any(_fact(h) in taken for h in q.hops)]
     one = [q for q in fresh if len(q.hops) == 1]
     two = [q for q in fresh if len(q.hops) == 2]
     n_two = min(len(two), max(round(cfg.val_size * cfg.two_hop_frac), cfg.val_size - len(one)))

@@ -308,6 +308,16 @@ def test_sim_files_schema_and_answers(sim_built):
     assert not chains["val"] & chains["test"] and not chains["train"] & chains["test"]
 
 
+def test_sim_val_uses_no_fact_of_test_at_the_default_sizes():
+    """A choice made on val (a probe share, the best step) must not have seen a test fact (issue 44.6)."""
+    from sim.qa import SimConfig, draw_questions
+
+    split = draw_questions(SimConfig())
+    facts = {s: {(h.relation, h.subject) for q in split[s] for h in q.hops} for s in ("val", "test")}
+    assert len(split["val"]) == 100 and sum(len(q.hops) == 2 for q in split["val"]) == 40
+    assert not facts["val"] & facts["test"]
+
+
 def test_sim_prompt_lists_the_sim_pool_and_is_deterministic(tmp_path, sim_built):
     from router_r1.pool.world import SIM_POOL
     from sim.qa import SimConfig, build_sim
