@@ -20,7 +20,7 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python}
 
 case "${1:-embedded}" in
-  paper) shift; exec $PY -m verl.trainer.main_ppo --config-name router_r1 "$@" ;;
+  paper) shift; exec $PY -m verl.trainer.main_ppo --config-name router_r1 trainer.backend=ray "$@" ;;  # Ray places trainer.n_gpus_per_node GPU workers
   grpo)  shift; exec $PY -m verl.trainer.main_ppo --config-name router_r1_grpo "$@" ;;
   embedded) [ $# -gt 0 ] && shift ;;
   *=*) ;;  # overrides for the embedded default

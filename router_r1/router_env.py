@@ -38,7 +38,7 @@ from omegaconf import II
 
 from router_r1.pool.client import PoolClient, ReplyLimits, RouteRequest
 from router_r1.pool.health import PoolHealth
-from router_r1.pool.preflight import pool_problems
+from router_r1.pool.preflight import data_command, pool_problems
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.world import Truth, answer_key
 from router_r1.prompts import build_router_prompt, load_template
@@ -458,3 +458,4 @@ RouterEnvConfig.not_training = ("pool_url", "cache_dir", "max_concurrency", "cal
                                 "max_retries", "max_pool_failure_rate", "pool_failure_patience", "schedule",
                                 "overlap_min_ready", "overlap_max_wait_s", "constrain_names", "sim_seed")
 make_env.preflight = pool_problems  # the engine's preflight: the pool yaml and its key, before any model loads
+make_env.data_command = data_command  # the preflight's missing-data line names the command that builds it

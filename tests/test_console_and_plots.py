@@ -92,7 +92,27 @@ def test_an_alpha_sweep_is_one_curve_labelled_by_alpha():
     (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "PPO router (cond) told each alpha"]
     assert list(line.get_xdata()) == [9.0, 6.0, 3.0]  # in order of alpha
     assert sorted(t.get_text() for t in ax.texts) == ["0", "0.3", "0.9"]
-    assert ax.get_legend_handles_labels()[1] == ["PPO router (cond) told each alpha", "PPO router a=0.3 (fixed)"]
+    assert ax.get_legend_handles_labels()[1] == ["PPO router (cond) told each alpha", "PPO router a=0.3 (fixed)",
+                                                 report.FRONTIER_LABEL]
+
+
+def test_routers_on_one_point_stay_apart_and_the_frontier_is_labelled():
+    """An SFT and a PPO router at the same cost and EM: two markers, two labels at two offsets; the dashed
+    frontier has a legend entry (both were one star and an unnamed line)."""
+    sft = {**run("SFT router", {"nq": (5.0, 0.85)}), "kind": "router"}
+    ppo = {**run("PPO router", {"nq": (5.0, 0.85)}), "kind": "router"}
+    single = {**run("single:Mixtral-8x22B", {"nq": (50.0, 0.88)}), "kind": "single"}
+    fig = report.pareto_figure([sft, ppo, single])
+    ax = fig.axes[0]
+    routers = {c.get_label(): c for c in ax.collections if c.get_label().endswith("router")}
+    shapes = [tuple(map(tuple, c.get_paths()[0].vertices.round(3))) for c in routers.values()]
+    assert list(routers) == ["SFT router", "PPO router"] and shapes[0] != shapes[1]
+    labels = {t.get_text(): t.xyann for t in ax.texts}
+    assert set(labels) == {"SFT router", "PPO router"} and labels["SFT router"] != labels["PPO router"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["SFT router", "PPO router", "single:Mixtral-8x22B", report.FRONTIER_LABEL]
+    lone = report.pareto_figure([ppo, single])
+    assert len(lone.axes[0].texts) == 0  # one router: its star is unambiguous, no label needed
 
 
 def test_cost_ticks_cover_the_data_in_round_steps():

@@ -25,9 +25,11 @@ def test_train_sh_paper_without_gpus_data_or_key_says_what_is_missing(tmp_path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     err = proc.stderr
     assert "error: this run cannot start on this machine; missing:" in err and "Traceback" not in err
-    assert "- a CUDA GPU (rollout.name=vllm; the config asks for trainer.n_gpus_per_node=4)" in err
-    assert f"- data.train_files: {tmp_path / 'train.parquet'} not found" in err
-    assert f"- data.val_files: {tmp_path / 'val.parquet'} not found" in err
+    assert ("- 4 CUDA GPUs (rollout.name=vllm; trainer.backend=ray, trainer.n_gpus_per_node=4): torch sees none on "
+            "this machine") in err  # train.sh paper launches with Ray, the launcher that reads n_gpus_per_node
+    build = f"(build it: python -m data_process.build_qa --out-dir {tmp_path} (the paper's NQ + HotpotQA from the hub"
+    assert f"- data.train_files: {tmp_path / 'train.parquet'} not found {build}" in err
+    assert f"- data.val_files: {tmp_path / 'val.parquet'} not found {build}" in err
     assert "- the pool's API key: ROUTER_POOL_API_KEY is not set (env.pool=configs/pool/paper.yaml: 6 models" in err
     assert ("- the vllm package (rollout.name=vllm): not installed" in err) == (importlib.util.find_spec("vllm") is None)
     assert not (tmp_path / "out").exists()
@@ -62,3 +64,60 @@ def test_the_pool_key_is_needed_for_a_remote_endpoint_only(monkeypatch):
     assert pool_problems(paper) == []
     assert pool_problems({**paper, "pool": "configs/pool/none.yaml"}) == [
         "env.pool: configs/pool/none.yaml: pool file not found"]
+
+
+def gpus(monkeypatch, n: int) -> None:
+    import verl.trainer.preflight as preflight
+
+    monkeypatch.setattr(preflight, "_gpus", lambda: n)
+
+
+def test_a_plain_launch_of_a_config_asking_for_4_gpus_is_refused_not_run_on_one(monkeypatch):
+    """SPMD (plain python, torchrun) reads no trainer.n_gpus_per_node: one process used 1 of 4 GPUs, silently."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    gpus(monkeypatch, 4)
+    cfg = load_config("router_r1", ["rollout.name=hf"])
+    idle = [p for p in problems(cfg) if p.startswith("trainer.n_gpus_per_node")]
+    assert idle == ["trainer.n_gpus_per_node=4 (x trainer.nnodes=1) asks for 4 GPUs, but this launch is 1 process "
+                    "(spmd: one GPU each), so 3 would sit idle: launch with Ray (trainer.backend=ray, as `bash train.sh "
+                    "paper` does), with `torchrun --nproc_per_node 4`, or set trainer.n_gpus_per_node=1"]
+    monkeypatch.setenv("WORLD_SIZE", "4")  # torchrun --nproc_per_node 4
+    assert not any("n_gpus_per_node" in p for p in problems(cfg))
+    monkeypatch.delenv("WORLD_SIZE")
+    assert not any("n_gpus_per_node" in p or "CUDA" in p for p in problems(load_config("router_r1", [
+        "rollout.name=hf", "trainer.backend=ray"])))  # Ray places the 4 workers
+    gpus(monkeypatch, 2)
+    assert "- 4 CUDA GPUs (trainer.device=auto; trainer.backend=ray, trainer.n_gpus_per_node=4): torch sees 2 on " \
+           "this machine" in "- " + "\n- ".join(problems(load_config("router_r1", ["rollout.name=hf",
+                                                                                 "trainer.backend=ray"])))
+
+
+def test_a_cpu_run_is_not_asked_for_gpus(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    gpus(monkeypatch, 0)
+    assert not any("GPU" in p for p in problems(load_config("router_r1", ["rollout.name=hf", "trainer.device=cpu"])))
+
+
+def test_the_ray_package_is_checked_when_the_launch_uses_ray(monkeypatch):
+    import verl.trainer.preflight as preflight
+
+    monkeypatch.chdir(ROOT)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(preflight.importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    line = "the ray package (trainer.backend=ray): not installed; pip install -e '.[ray]'"
+    assert line in problems(load_config("ppo_trainer", ["trainer.backend=ray"]))
+    assert line not in problems(load_config("ppo_trainer"))
+
+
+def test_missing_simulated_data_names_the_command_that_builds_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "run"
+    cfg = load_config("embedded", [f"data.train_files=[{out / 'data' / 'train.parquet'}]",
+                                   f"data.val_files=[{out / 'data' / 'val.parquet'}]"])
+    found = [p for p in problems(cfg) if p.startswith("data.")]
+    assert found == [f"data.train_files: {out / 'data' / 'train.parquet'} not found (build it: SFT_ONLY=1 OUT={out} "
+                     "bash train.sh (the simulated world's questions and the warm start))",
+                     f"data.val_files: {out / 'data' / 'val.parquet'} not found (build it: SFT_ONLY=1 OUT={out} "
+                     "bash train.sh (the simulated world's questions and the warm start))"]

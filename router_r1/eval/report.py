@@ -355,6 +355,9 @@ def alpha_sweeps(runs: list[dict]) -> dict[str, list[dict]]:
     return {c: sorted(rs, key=lambda r: r["told_alpha"]) for c, rs in groups.items() if len(rs) > 1}
 
 
+FRONTIER_LABEL = "Pareto frontier (no run is cheaper and more accurate)"
+
+
 def pareto_figure(runs: list[dict]):
     """The figure plot_pareto writes."""
     import matplotlib
@@ -368,6 +371,10 @@ def pareto_figure(runs: list[dict]):
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows + 0.4), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     markers = "osD^v<>ph*"  # colour x marker tells apart up to 100 runs (an alpha sweep and all singles)
+    # the trained routers (an SFT and a PPO model often land on one point): each its own marker and, where a panel
+    # has several, its own label at its own offset, so one never hides the other
+    router_markers, router_size = "*XPd", {"*": 150, "X": 80, "P": 80, "d": 70}
+    label_offsets = ((10, 10), (10, -16), (-14, 22), (-14, -28))
     sweeps = alpha_sweeps(runs)
     in_sweep = {id(r) for rs in sweeps.values() for r in rs}
     for ax, panel in zip(axes.flat, panels):
@@ -383,18 +390,27 @@ def pareto_figure(runs: list[dict]):
                     color="black" if len(sweeps) == 1 else colors[-1 - k % len(colors)], label=name)
             for a, m in ms:
                 ax.annotate(f"{a:g}", (m["cost_1e6_usd"], m["em"]), textcoords="offset points", xytext=(3, 4), fontsize=7)
+        routers = []
         for k, run in enumerate(runs):
             m = run[OVERALL] if panel == OVERALL else run["sources"].get(panel)
             if m is None or not m["n"] or id(run) in in_sweep:
                 continue
             pts.append((m["cost_1e6_usd"], m["em"]))
             router = run.get("kind") == "router"  # the trained routers stand out from the baselines
-            ax.scatter([pts[-1][0]], [pts[-1][1]], s=110 if router else 32, color=colors[k % len(colors)],
-                       marker="*" if router else markers[k // len(colors) % len(markers)], label=_label(run),
-                       zorder=4 if router else 3)
+            marker = router_markers[len(routers) % len(router_markers)] if router else \
+                markers[k // len(colors) % len(markers)]
+            ax.scatter([pts[-1][0]], [pts[-1][1]], s=router_size[marker] if router else 32, color=colors[k % len(colors)],
+                       marker=marker, label=_label(run), zorder=4 if router else 3,
+                       edgecolors="black" if router else "face", linewidths=0.5 if router else 0)
+            if router:
+                routers.append((run, pts[-1], colors[k % len(colors)]))
+        for j, (run, (x, y), color) in enumerate(routers if len(routers) > 1 else []):
+            ax.annotate(_label(run), (x, y), textcoords="offset points", xytext=label_offsets[j % len(label_offsets)],
+                        fontsize=7, color=color, zorder=6, arrowprops={"arrowstyle": "-", "color": color, "lw": 0.6})
         front = [pts[i] for i in pareto_front(pts)]
         if len(front) > 1:
-            ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="grey", lw=1, ls="--")
+            ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="grey", lw=1, ls="--",
+                    label=FRONTIER_LABEL)
         _readable_cost_axis(ax, [p[0] for p in pts])
         ax.set_title(panel, fontsize=10)
         ax.set_xlabel("mean cost per question (1e-6 USD)")
@@ -403,8 +419,13 @@ def pareto_figure(runs: list[dict]):
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    handles, labels = axes.flat[len(panels) - 1].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    legend = {}  # every panel's entries, each once: the frontier may be drawn in some panels only
+    for ax in list(axes.flat)[:len(panels)]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    labels = [x for x in legend if x != FRONTIER_LABEL] + ([FRONTIER_LABEL] if FRONTIER_LABEL in legend else [])
+    fig.legend([legend[x] for x in labels], labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8,
+               frameon=False)
     fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(labels) / 4), 1, 1))
     return fig
 

@@ -133,7 +133,7 @@ class TrainerConfig:
     max_checkpoints: int = 3  # keep the newest N checkpoints (0 = all)
     export_hf: bool = True  # write the final actor as an HF model (with its tokenizer and run_config.yaml) to hf_dir
     hf_dir: Optional[str] = None  # where export_hf writes; null: output_dir/hf
-    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # console | jsonl | wandb
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # console (a line per step) | jsonl (output_dir/metrics.jsonl) | tensorboard (output_dir/tensorboard; extra [tensorboard]) | wandb (project_name, experiment_name; extra [wandb]); another name, or a missing package, stops the run before anything loads (the preflight)
     console_every: int = 10  # output not a terminal: no progress bars, the console line every N steps (and the first, last and validated); a terminal: every step
     project_name: str = "router-r1"  # wandb project
     experiment_name: str = "smoke"  # wandb run name and plot title
@@ -143,7 +143,7 @@ class TrainerConfig:
     ray_placement: str = "auto"  # ray: auto (STRICT_PACK when one node holds every rank, else PACK) | STRICT_PACK | PACK | SPREAD | STRICT_SPREAD
     ray_ready_timeout_s: float = 300.0  # ray: seconds to place the ranks and build their workers before failing
     nnodes: int = 1  # nodes (ray)
-    n_gpus_per_node: int = 1  # workers per node (one per GPU; on CPU, processes)
+    n_gpus_per_node: int = 1  # ray: workers per node (one per GPU; on CPU, processes). spmd runs one process per GPU (torchrun's --nproc_per_node); on GPUs the preflight refuses fewer processes than nnodes x this
     device: str = "auto"  # auto | cpu | cuda
     seed: int = 1  # sampling seed (step s samples with seed + s)
     balance_rollouts: bool = False  # spmd: spread episodes over ranks by a per-row load hint, largest first to the least-loaded rank (hint: env.row_load(row, sampling, validate) if the env has it, else extra_info.turn_budget; no hint or off: contiguous chunks)

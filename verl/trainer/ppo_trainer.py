@@ -33,11 +33,12 @@ from verl.trainer import checkpoint
 from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
 from verl.trainer.config import save_run_config
+from verl.trainer.curves import decoding_labels, plot_curves
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env_interface import Env, RolloutResult, pick_episodes
 from verl.trainer.rollout_schedule import make_schedule
 from verl.trainer.sft_data import SFTSet, collate
-from verl.trainer.tracking import Tracker, _plain, on_terminal, plot_curves, read_jsonl, timer, trim_jsonl
+from verl.trainer.tracking import Tracker, _plain, on_terminal, read_jsonl, timer, trim_jsonl
 from verl.workers.fsdp import CheckpointError
 from verl.workers.rollout.base import AsyncRolloutBackend, GenOutput, SamplingParams
 
@@ -648,7 +649,7 @@ class PPOTrainer:
         if self.is_main and self.tracker is not None and self.tracker.jsonl_path.exists():
             try:
                 plot_curves(self.tracker.jsonl_path, list(t.plot_keys), self.out_dir / "curves.png",
-                            title=t.experiment_name)
+                            title=t.experiment_name, **(decoding_labels(self.cfg.rollout) if self.mode == "ppo" else {}))
             except ValueError as e:
                 print(f"no plot: {e}")
         if t.export_hf:

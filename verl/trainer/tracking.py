@@ -1,9 +1,9 @@
-"""Metric logging: console, JSONL, and wandb when configured; timers; PNG curves."""
+"""Metric logging: console, JSONL, TensorBoard and wandb as trainer.logger names them; timers; metrics files."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
-import math
 import os
 import sys
 import time
@@ -74,20 +74,50 @@ def hide_library_bars() -> None:
     hf_logging.disable_progress_bar()
 
 
+# trainer.logger's names -> (the package a logger imports, the extra that installs it); None: nothing to install
+LOGGERS = {"console": None, "jsonl": None, "tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
+
+
+def unknown_loggers(names) -> str | None:
+    """Why `names` (trainer.logger) cannot be used, naming the allowed ones; None when every name is known."""
+    bad = [n for n in names if n not in LOGGERS]
+    if not bad:
+        return None
+    return (f"trainer.logger: unknown logger{'s' if len(bad) > 1 else ''} {', '.join(repr(n) for n in bad)} "
+            f"(allowed: {', '.join(LOGGERS)})")
+
+
+def missing_logger_packages(names) -> list[str]:
+    """A readable line per configured logger whose package does not import here (the preflight lists them)."""
+    out = []
+    for name in dict.fromkeys(names):
+        need = LOGGERS.get(name)
+        if need and importlib.util.find_spec(need[0]) is None:
+            out.append(f"the {need[0]} package (trainer.logger: {name}): not installed; pip install -e '.[{need[1]}]'")
+    return out
+
+
 class Tracker:
-    """Fan metrics out to the configured sinks ("console": one compact line, "jsonl": every metric,
-    "wandb"). On a terminal the console line comes every step; redirected, every `console_every`
-    steps and at the first, the last and any step with validation metrics."""
+    """Fan metrics out to the configured sinks ("console": one compact line, "jsonl": every metric to
+    metrics.jsonl, "tensorboard": every numeric metric as a scalar under out_dir/tensorboard, "wandb"). On a
+    terminal the console line comes every step; redirected, every `console_every` steps and at the first, the
+    last and any step with validation metrics."""
 
     def __init__(self, sinks: list[str], out_dir: str | os.PathLike, project: str = "router-r1",
                  run_name: str = "run", config: dict | None = None, resume: bool = False, console_every: int = 1):
+        problem = unknown_loggers(sinks)
+        if problem:
+            raise ValueError(problem)
         self.sinks = list(sinks)
         self.console_every = max(1, console_every)
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = self.out_dir / "metrics.jsonl"
+        self.tensorboard_dir = self.out_dir / "tensorboard"
         if "jsonl" in self.sinks and not resume and self.jsonl_path.exists():
             self.jsonl_path.unlink()
+        self._resume = resume
+        self._tb = None  # opened at the first step logged: a resumed run purges the events it redoes from there
         self._wandb = None
         if "wandb" in self.sinks:
             import wandb  # optional dependency
@@ -103,14 +133,29 @@ class Tracker:
         if "jsonl" in self.sinks:
             with open(self.jsonl_path, "a") as f:
                 f.write(json.dumps({"step": step, **metrics}, default=str) + "\n")
+        if "tensorboard" in self.sinks:
+            self._tensorboard(metrics, step)
         if self._wandb is not None:
             self._wandb.log(metrics, step=step)
+
+    def _tensorboard(self, metrics: dict[str, Any], step: int) -> None:
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # a resume redoes the steps after its checkpoint: TensorBoard drops the killed run's events from here
+            self._tb = SummaryWriter(str(self.tensorboard_dir), purge_step=step if self._resume else None)
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)):
+                self._tb.add_scalar(key, value, step)
+        self._tb.flush()  # a killed run keeps every step it logged
 
     def _console_step(self, metrics: dict[str, Any], step: int, total: int | None) -> bool:
         return (on_terminal(sys.stdout) or step <= 1 or step % self.console_every == 0 or step == total
                 or any(k.startswith("val/") for k in metrics))
 
     def finish(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
 
@@ -163,35 +208,3 @@ def trim_jsonl(path: str | os.PathLike, last_step: int) -> int:
         tmp.write_bytes(b"".join(kept))
         os.replace(tmp, path)
     return dropped
-
-
-def plot_curves(jsonl_path: str | os.PathLike, keys: list[str], png_path: str | os.PathLike,
-                title: str = "") -> Path:
-    """One subplot per metric key against step; missing keys are skipped."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = read_jsonl(jsonl_path)
-    keys = [k for k in keys if any(k in r for r in rows)]
-    if not keys:
-        raise ValueError(f"{jsonl_path}: none of the requested metrics were logged")
-    cols = min(3, len(keys))
-    nrows = math.ceil(len(keys) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.0 * nrows), squeeze=False)
-    for ax, key in zip(axes.flat, keys):
-        pts = [(r["step"], r[key]) for r in rows if key in r and isinstance(r[key], (int, float))]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", lw=1)
-        ax.set_title(key, fontsize=9)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(keys):]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    png_path = Path(png_path)
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-    return png_path
