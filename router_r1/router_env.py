@@ -44,7 +44,7 @@ from router_r1.pool.world import Truth, answer_key
 from router_r1.prompts import build_router_prompt, load_template
 from router_r1.actions import STOP_STRINGS
 from router_r1.name_constraint import RouteNameConstraint
-from router_r1.reward.cost import CostNormalizer
+from router_r1.reward.cost import COST_FIELDS, CostNormalizer
 from router_r1.reward.format import FORMAT_RULES
 from router_r1.reward.score import RewardConfig, compute_scores
 from router_r1.row_check import check_router_row
@@ -292,7 +292,8 @@ class RouterEnv:
             response_ids=[e.response_ids for e in episodes],
             response_mask=[mask(e) for e in episodes],
             info={"text": [e.text for e in episodes], "turns": [e.turns for e in episodes],
-                  "cost_usd": [e.cost_usd for e in episodes], "route_count": [e.route_count for e in episodes],
+                  "cost_usd": [e.cost_usd for e in episodes], "billed_usd": [e.billed_usd for e in episodes],
+                  "route_count": [e.route_count for e in episodes],
                   "hit_budget": [e.hit_budget for e in episodes], "truncated": [e.truncated for e in episodes],
                   "pool_latency_s": [e.pool_latency_s for e in episodes],
                   "pool_failures": [e.pool_failures for e in episodes],
@@ -309,13 +310,15 @@ class RouterEnv:
     def score(self, result: RolloutResult, rows, validate: bool):
         golds = [_golds(r.fields, i) for i, r in enumerate(rows)]
         alphas = result.info.get("alpha")  # per-prompt cost weights (alpha conditioning), one shared window
-        scores, per = compute_scores(result.info["text"], golds, result.info["cost_usd"],
+        scores, per = compute_scores(result.info["text"], golds, result.info[COST_FIELDS[self.cfg.cost_basis]],
                                      result.info["route_count"], self.registry,
                                      self.normalizers["val" if validate else "train"], self.reward, alphas=alphas)
         if self.cfg.budget_mode == "penalize":
             scores = [self.reward.format_penalty if hit else s for s, hit in zip(scores, result.info["hit_budget"])]
-        metrics = {k: [float(m[k]) for m in per] for k in ("em", "f1", "format_ok", "cost_usd", "cost_reward",
-                                                           "route_count")}
+        metrics = {k: [float(m[k]) for m in per] for k in ("em", "f1", "format_ok", "cost_reward", "route_count")}
+        for k in COST_FIELDS.values():  # both costs, whichever the reward reads
+            if k in result.info:
+                metrics[k] = [float(c) for c in result.info[k]]
         metrics["hit_budget"] = [float(x) for x in result.info["hit_budget"]]
         for rule in FORMAT_RULES:  # which format rule failed: the first one check_format found broken
             metrics[f"format_fail/{rule}"] = [float(m["format_reason"].split(":")[0] == rule) for m in per]
@@ -326,7 +329,7 @@ class RouterEnv:
         if alphas:  # accuracy and spend at each cost weight
             for a in sorted(set(alphas)):
                 for k in ("em", "cost_usd"):
-                    metrics[f"alpha_{a:g}/{k}"] = [float(m[k]) for m, x in zip(per, alphas) if x == a]
+                    metrics[f"alpha_{a:g}/{k}"] = [metrics[k][i] for i, x in enumerate(alphas) if x == a]
         metrics["pool_failures"] = [float(x) for x in result.info["pool_failures"]]
         metrics.update(self.health.observe(result.info["turns"], validate))
         for name in self.registry.names:  # share of trajectories that called each model
@@ -376,6 +379,7 @@ class RouterEnvConfig:
     alpha: float = RewardConfig.alpha  # cost_coe: reward = (1 - alpha) + alpha * R_cost for a right answer; 0 = accuracy only (the paper's cost runs: up to 0.9)
     format_rules: str = RewardConfig.format_rules  # reference (the published code's check) | strict (router_r1/reward/format.py says what each checks)
     reward_metric: str = RewardConfig.reward_metric  # em | f1: the answer metric of the gate and the score
+    cost_basis: str = "output"  # the cost R_cost reads: output (the reference's: each call's completion tokens at its output price) | billed (as the APIs bill it: its prompt tokens, all the call sends, at the input price too; pool yamls' price_in_per_m); evaluation reports both
     max_turns: int = 4  # generations that may route; one more turn must answer
     max_obs_length: int = 600  # tokens of pool text per <information> block (cut inside the block)
     response_length: int = II("rollout.response_length")  # tokens per generated turn
@@ -416,6 +420,8 @@ class RouterEnvConfig:
             v = getattr(self, key)
             if isinstance(v, bool) or v < least:
                 raise ValueError(f"env.{key} must be an integer >= {least}, got {v!r}")
+        if self.cost_basis not in COST_FIELDS:
+            raise ValueError(f"env.cost_basis must be one of {'|'.join(COST_FIELDS)}, got {self.cost_basis!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"env.schedule must be one of {'|'.join(SCHEDULES)}, got {self.schedule!r}")
         for a in [*self.alphas, *([] if self.val_alpha is None else [self.val_alpha])]:

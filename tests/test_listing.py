@@ -51,7 +51,7 @@ def test_the_pools_that_repeat_sim_yaml_s_models_repeat_their_cards(seen):
 
 def test_the_card_listing_shows_name_prices_and_card_and_no_domains(seen):
     lines = render("card", seen).splitlines()
-    assert lines[0] == ("Qwen2.5-7B-Instruct $0.00 in $0.30 out: Alibaba Qwen2.5, 7.6B parameters, "
+    assert lines[0] == ("Qwen2.5-7B-Instruct $0.30 in $0.30 out: Alibaba Qwen2.5, 7.6B parameters, "
                         "instruction-tuned general assistant, 128K context")
     assert [ln.split(" $")[0] for ln in lines] == SEEN
     assert not any(TOPIC_WORDS & set(ln.replace(",", " ").replace(":", " ").split()) for ln in lines)

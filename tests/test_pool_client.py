@@ -195,7 +195,8 @@ def test_ok_results_in_order_with_cost(server):
         assert r.ok and r.error is None and not r.cached and r.attempts == 1
         assert r.text == f"echo:{q}" and r.model == "Echo-Model"
         assert (r.prompt_tokens, r.completion_tokens) == (10 + len(q), 2 * len(q))
-        assert r.cost_usd == pytest.approx((2 * len(q) * 2.0 + (10 + len(q)) * 1.0) / 1e6)
+        assert r.cost_usd == pytest.approx(2 * len(q) * 2.0 / 1e6)  # the reference's: output tokens only
+        assert r.billed_usd == pytest.approx((2 * len(q) * 2.0 + (10 + len(q)) * 1.0) / 1e6)  # the prompt too
 
 
 def test_rate_limit_retried_honouring_retry_after(server):
@@ -446,7 +447,7 @@ def test_absurd_usage_is_bounded_by_the_request_and_flagged(server, caplog):
     assert r.ok and r.text == "four" and r.usage_capped
     assert r.completion_tokens == spec.max_tokens  # the server cannot write more than was asked
     assert asked < r.prompt_tokens <= asked + 1024  # nor read much more than was sent
-    assert r.cost_usd == pytest.approx(spec.cost(r.prompt_tokens, r.completion_tokens)) and r.cost_usd < 0.01
+    assert r.billed_usd == pytest.approx(spec.cost(r.prompt_tokens, r.completion_tokens)) and r.billed_usd < 0.01
     assert not fair.usage_capped and fair.completion_tokens == 2
     assert "usage" in caplog.text and "Bigusage-Model" in caplog.text
 

@@ -39,7 +39,8 @@ def test_200_concurrent_calls_survive_a_faulty_pool():
         text, prompt_tokens, completion_tokens = backend.respond(spec.api_id, submodel_messages(req.query),
                                                                  spec.max_tokens)
         assert (r.text, r.prompt_tokens, r.completion_tokens) == (text, prompt_tokens, completion_tokens)
-        assert r.cost_usd == spec.cost(prompt_tokens, completion_tokens) > 0
+        assert r.cost_usd == spec.output_cost(completion_tokens) > 0
+        assert r.billed_usd == spec.cost(prompt_tokens, completion_tokens) > r.cost_usd
     for r in results:
         if not r.ok:
             assert r.text is None and r.cost_usd == 0 and r.error in ERROR_KINDS

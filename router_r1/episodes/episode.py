@@ -35,7 +35,8 @@ class Episode:
     text: str = ""
     turns: list[dict] = field(default_factory=list)
     turn: int = 0  # generations done so far
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # the reference's: completion tokens at the output price
+    billed_usd: float = 0.0  # as the APIs bill it: prompt tokens at the input price too
     route_count: int = 0
     pool_latency_s: float = 0.0
     pool_failures: int = 0
@@ -120,9 +121,11 @@ class TurnRules:
                                  count_tokens=self._count, truncate=self._truncate)
         ep.route_count += 1
         ep.cost_usd += result.cost_usd
+        ep.billed_usd += result.billed_usd
         ep.pool_latency_s += result.latency_s
         ep.pool_failures += int(not result.ok)
         ep.turns[-1].update({"ok": result.ok, "error": result.error, "cost_usd": result.cost_usd,
+                             "billed_usd": result.billed_usd,
                              "latency_s": result.latency_s, "server_s": result.server_s, "cached": result.cached,
                              "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
                              "cut": result.cut, "usage_capped": result.usage_capped,

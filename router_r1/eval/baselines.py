@@ -111,13 +111,16 @@ def calls_episode(calls: list[tuple[str, str, str, PoolResult]], max_obs_length:
         turns.append({"generated": generated if generated is not None and i == 0 else f"<think>{think}</think>{route}",
                       "action": "route", "model": model, "query": query, "answer": None, "reason": None,
                       "ok": result.ok, "error": result.error, "cost_usd": result.cost_usd,
+                      "billed_usd": result.billed_usd, "prompt_tokens": result.prompt_tokens,
+                      "completion_tokens": result.completion_tokens,
                       "latency_s": result.latency_s, "server_s": result.server_s, "information": result.text,
                       "cached": result.cached, "cut": result.cut, "usage_capped": result.usage_capped})
     text += f"<answer>{answer}</answer>"
     turns.append({"generated": None, "action": "answer", "model": None, "query": None, "answer": answer,
                   "reason": "first sentence of the last reply"})
     results = [c[3] for c in calls]
-    return {"text": text, "turns": turns, "cost_usd": sum(r.cost_usd for r in results), "route_count": len(calls),
+    return {"text": text, "turns": turns, "cost_usd": sum(r.cost_usd for r in results),
+            "billed_usd": sum(r.billed_usd for r in results), "route_count": len(calls),
             "pool_latency_s": sum(r.latency_s for r in results), "pool_failures": sum(not r.ok for r in results),
             "hit_budget": False, "truncated": False}
 
@@ -155,6 +158,6 @@ def prompt_llm_episodes(prompts: list[list[int]], questions: list[str], generate
         # No pick: the turn is the whole episode (an answer is scored as it stands).
         turn = {"generated": text, "action": action.kind, "model": action.model, "query": action.query,
                 "answer": action.answer, "reason": action.reason}
-        episodes.append({"text": text, "turns": [turn], "cost_usd": 0.0, "route_count": 0,
+        episodes.append({"text": text, "turns": [turn], "cost_usd": 0.0, "billed_usd": 0.0, "route_count": 0,
                          "pool_latency_s": 0.0, "pool_failures": 0, "hit_budget": False, "truncated": False})
     return episodes

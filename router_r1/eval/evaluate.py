@@ -69,7 +69,7 @@ from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.world import ORACLE_KINDS, Truth, answer_key
 from router_r1.prompts import build_router_prompt
 from router_r1.actions import STOP_STRINGS
-from router_r1.reward.cost import CostNormalizer
+from router_r1.reward.cost import COST_FIELDS, CostNormalizer
 from router_r1.reward.qa_em import extract_answer
 from router_r1.reward.score import RewardConfig, compute_scores
 from router_r1.router_env import RouterEnvConfig
@@ -87,8 +87,8 @@ from verl.trainer.dataset import eval_batches
 # input (paths, columns, the pool) is reported in a second rather than after model imports.
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
-EPISODE_KEYS = ("text", "turns", "cost_usd", "route_count", "pool_latency_s", "pool_failures", "hit_budget",
-                "truncated", "forced", "turn_budget")
+EPISODE_KEYS = ("text", "turns", "cost_usd", "billed_usd", "route_count", "pool_latency_s", "pool_failures",
+                "hit_budget", "truncated", "forced", "turn_budget")
 NOTES = {
     "cost_reward": "normalised cost reward read against this run's own cost window (all its trajectories); "
                    "compare runs by raw cost",
@@ -297,10 +297,10 @@ def router_episodes(prompts: list[list[int]], policy: Policy, pool: Pool, rcfg, 
 
 
 def score(records: list[dict], registry: ModelRegistry, alpha: float, format_rules: str = "reference",
-          reward_metric: str = "em") -> None:
+          reward_metric: str = "em", cost_basis: str = "output") -> None:
     """Add EM, F1, format, answer, cost reward and reward to each record (the training reward, with the
-    training run's rule set and gate metric)."""
-    costs = [float(r["cost_usd"]) for r in records]
+    training run's rule set, gate metric and cost basis)."""
+    costs = [float(r[COST_FIELDS[cost_basis]]) for r in records]
     # The run's own window: every trajectory's cost, read once (see the module docstring).
     norm = CostNormalizer(window=max(1, len(costs)))
     norm.load_state_dict({"window": norm.window, "low_pct": norm.low_pct, "high_pct": norm.high_pct,
@@ -525,7 +525,8 @@ def run_one(run: Run, rows: list[EvalRow], pool: Pool, policy: Policy | None, cf
     else:
         episodes, registry = _rollout_run(run, rows, pool, policy, cfg, log), pool.registry
     records = records_of(run.label, rows, episodes)
-    score(records, registry, cfg.alpha, cfg.format_rules, cfg.reward_metric)
+    score(records, registry, cfg.alpha, cfg.format_rules, cfg.reward_metric,
+          cfg.env.cost_basis if cfg.env else "output")  # the run's env.cost_basis
     return records
 
 

@@ -89,7 +89,7 @@ class PoolResult:
     text: str | None
     prompt_tokens: int
     completion_tokens: int
-    cost_usd: float
+    cost_usd: float  # the reference's: completion tokens at the output price (ModelSpec.output_cost)
     latency_s: float
     error: str | None  # one of ERROR_KINDS when not ok
     attempts: int  # HTTP calls made (0 for a cache hit or an unknown model)
@@ -100,6 +100,7 @@ class PoolResult:
     # the server's own time for the answered attempt, when it says (our pool server's X-Latency-S, OpenAI's
     # openai-processing-ms); latency_s is the client's: waiting for a slot, every attempt and the backoff between
     server_s: float | None = None
+    billed_usd: float = 0.0  # as the API bills it: prompt tokens (all the call sends) at the input price too
 
     @classmethod
     def failure(cls, error: str, *, model: str | None, attempts: int, latency_s: float) -> "PoolResult":
@@ -354,7 +355,8 @@ class PoolClient:
                             "could use; counting at most %d + %d (max_tokens)", spec.name, pt, ct, pt_max,
                             spec.max_tokens)
             pt, ct = min(pt, pt_max), min(ct, spec.max_tokens)
-        return PoolResult(ok=True, text=text, prompt_tokens=pt, completion_tokens=ct, cost_usd=spec.cost(pt, ct),
+        return PoolResult(ok=True, text=text, prompt_tokens=pt, completion_tokens=ct, cost_usd=spec.output_cost(ct),
+                          billed_usd=spec.cost(pt, ct),
                           latency_s=time.monotonic() - t0, error=None, attempts=attempts, cached=cached,
                           model=spec.name, cut=cut, usage_capped=capped)
 

@@ -51,8 +51,12 @@ class ModelSpec:
     sim: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # its `sim:` block: read by the pool's world only
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        """USD cost of one call."""
+        """USD of one call as an API bills it: prompt tokens at the input price, completion tokens at the output's."""
         return (completion_tokens * self.price_out_per_m + prompt_tokens * self.price_in_per_m) / 1e6
+
+    def output_cost(self, completion_tokens: int) -> float:
+        """USD of one call as the reference Router-R1 counts it: completion tokens at the output price only."""
+        return completion_tokens * self.price_out_per_m / 1e6
 
     def api_key(self) -> str:
         """The key from the environment; never stored on the object or logged."""

@@ -7,6 +7,10 @@ this sample (the reference pushed first, so a sample moved its own yardstick). A
 trajectory scores exactly 1; with no history or a flat one a paid trajectory scores 0.5.
 Keep one instance for training and another for validation (make_normalizers): the
 reference shared one buffer, so validation costs shifted the training reward.
+
+Which cost c is (env.cost_basis, COST_FIELDS): the reference's, each call's completion tokens at its output
+price (`cost_usd`, the default), or the bill's, its prompt tokens (the system message and the sub-question:
+all a call sends) at the input price too (`billed_usd`). The pool client prices both (router_r1/pool/client.py).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from collections.abc import Iterable
 import numpy as np
 
 NEUTRAL = 0.5
+COST_FIELDS = {"output": "cost_usd", "billed": "billed_usd"}  # env.cost_basis -> the episode's cost R_cost reads
 
 
 class CostNormalizer:

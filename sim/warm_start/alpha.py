@@ -135,7 +135,7 @@ class AlphaOracle(Oracle):
         key = (spec.name, query)
         if key not in self._costs:
             _, pt, ct = self.backend.respond(spec.api_id, submodel_messages(query), spec.max_tokens)
-            self._costs[key] = spec.cost(pt, ct)
+            self._costs[key] = spec.output_cost(ct)  # what the default reward reads
         return self._costs[key]
 
     def p_guess(self, q: SimQuestion) -> float:

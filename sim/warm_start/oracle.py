@@ -53,7 +53,7 @@ class Habits:
         """The other route sources (per-alpha routes, turn budgets) plan their own routes: no habits there."""
         if (self.prefer_big or self.confuse) and not recipe.hop_routes:
             raise ValueError("--prefer-big and --confuse are habits of the hop-by-hop oracle: drop them with "
-                             "--alphas or --budgets")
+                             "--alphas, --budgets or --routes uniform")
 
     @property
     def mixed_up(self) -> tuple[str, ...]:
@@ -92,6 +92,25 @@ def reply_answer(reply: str) -> str | None:
         return None
     head = reply.split(". ", 1)[0].strip().rstrip(".").strip()
     return head or None
+
+
+def ask(backend: SimBackend, traj: Trajectory, think: str, spec: ModelSpec, query: str) -> str | None:
+    """One turn that routes: think + route by the policy, then the real reply as an observation; the answer it
+    gives, if any."""
+    traj.say(f"<think>{think}</think>{render_route(spec.name, query)}")
+    text, pt, ct = backend.respond(spec.api_id, submodel_messages(query), spec.max_tokens)
+    traj.segments.append({"text": format_observation(text, _UNBOUNDED), "by_policy": False})
+    traj.routes.append((spec.name, query))
+    traj.cost_usd += spec.output_cost(ct)  # the reward's default cost (env.cost_basis output)
+    return reply_answer(text)
+
+
+def finish(traj: Trajectory, got: str | None) -> Trajectory:
+    """The last turn: the answer found, else NO_ANSWER."""
+    traj.answer = got if got is not None else NO_ANSWER
+    think = "Answer found." if got is not None else "No answer found."
+    traj.say(f"<think>{think}</think><answer>{traj.answer}</answer>")
+    return traj
 
 
 def pick_mode(q: SimQuestion, noise: float, rng: random.Random, prefer_big: float = 0.0) -> str:
@@ -153,13 +172,7 @@ class Oracle:
         return max(left, key=lambda s: (self.acc[s.name][domain], -s.price_out_per_m)) if left else None
 
     def ask(self, traj: Trajectory, think: str, spec: ModelSpec, query: str) -> str | None:
-        """One turn that routes: think + route by the policy, then the real reply as an observation."""
-        traj.say(f"<think>{think}</think>{render_route(spec.name, query)}")
-        text, pt, ct = self.backend.respond(spec.api_id, submodel_messages(query), spec.max_tokens)
-        traj.segments.append({"text": format_observation(text, _UNBOUNDED), "by_policy": False})
-        traj.routes.append((spec.name, query))
-        traj.cost_usd += spec.cost(pt, ct)
-        return reply_answer(text)
+        return ask(self.backend, traj, think, spec, query)
 
     def ask_hop(self, traj: Trajectory, think: str, spec: ModelSpec, query: str, domain: str,
                 whole: bool = False) -> str | None:
@@ -227,7 +240,4 @@ class Oracle:
         return self._finish(traj, got)
 
     def _finish(self, traj: Trajectory, got: str | None) -> Trajectory:
-        traj.answer = got if got is not None else NO_ANSWER
-        think = "Answer found." if got is not None else "No answer found."
-        traj.say(f"<think>{think}</think><answer>{traj.answer}</answer>")
-        return traj
+        return finish(traj, got)
