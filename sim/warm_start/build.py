@@ -30,7 +30,7 @@ from sim.warm_start.oracle import BIG, NOISE_MODES, Oracle, Trajectory, pick_mod
 from sim.world import DEFAULT_ENTITIES, SimQuestion, SimWorld
 
 DRILL = "drill"  # the mode of a fallback-drill row
-MODES = ("oracle", "confused", DRILL, "forced", BIG, *NOISE_MODES)  # the report's order
+MODES = ("oracle", "confused", DRILL, "forced", BIG, *NOISE_MODES, "uniform")  # the report's order
 HOP_COLUMNS = ("data_source", "uid", "prompt", "response_text", "segments", "answers", "question", "domain", "mode",
                "routes", "renamed", "route_models", "cost_usd", "misnamed", "em",
                # a listed row's pool lines, and the pool model answering each route ("" / [] for the pool's own)

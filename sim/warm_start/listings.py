@@ -37,7 +37,8 @@ def _share(flag: str, value: float) -> None:
 
 def _hops_only(recipe, flag: str) -> None:
     if not recipe.hop_routes:
-        raise ValueError(f"{flag} shapes the hop-by-hop oracle's rows: drop it with --alphas or --budgets")
+        raise ValueError(f"{flag} shapes the hop-by-hop oracle's rows: drop it with --alphas, --budgets or "
+                         "--routes uniform")
 
 
 def _no_template(recipe, flag: str) -> None:

@@ -26,6 +26,7 @@ from sim.warm_start.listings import Fallback, ListingStyle, Rivals, ThinkCandida
 from sim.warm_start.misname import MisnameDrill
 from sim.warm_start.names import Names
 from sim.warm_start.oracle import Habits
+from sim.warm_start.uniform import Annotator
 
 RECIPES = REPO_ROOT / "configs" / "recipes"
 # recipe section -> its augmentation (the order of --help and of the cross-checks)
@@ -33,6 +34,7 @@ AUGMENTATIONS: dict[str, type] = {
     "habits": Habits, "names": Names, "varied_listings": VariedListings, "rivals": Rivals,
     "thinking": ThinkCandidates, "fallback": Fallback, "misname_drill": MisnameDrill,
     "per_alpha": PerAlphaRoutes, "turn_budgets": TurnBudgets, "listing_style": ListingStyle,
+    "annotator": Annotator,
 }
 SECTIONS: dict[str, type] = {"build": BuildConfig, **AUGMENTATIONS}
 
@@ -69,6 +71,7 @@ class Recipe:
     per_alpha: PerAlphaRoutes = field(default_factory=PerAlphaRoutes)
     turn_budgets: TurnBudgets = field(default_factory=TurnBudgets)
     listing_style: ListingStyle = field(default_factory=ListingStyle)
+    annotator: Annotator = field(default_factory=Annotator)
 
     def __post_init__(self):
         for section in AUGMENTATIONS:
@@ -79,13 +82,15 @@ class Recipe:
     @property
     def hop_routes(self) -> bool:
         """Whether rows are the hop-by-hop oracle's (no other route source is on)."""
-        return not (self.per_alpha.on or self.turn_budgets.on)
+        return not (self.per_alpha.on or self.turn_budgets.on or self.annotator.on)
 
     def routes(self, ctx: Context) -> Routes:
         if self.per_alpha.on:
             return self.per_alpha.routes(ctx)
         if self.turn_budgets.on:
             return self.turn_budgets.routes(ctx)
+        if self.annotator.on:
+            return self.annotator.routes_of(ctx)
         return HopRoutes(self, ctx)
 
     def changes(self) -> list[str]:
