@@ -15,6 +15,17 @@
 # PPO from DIR's data and SFT model (an alpha sweep from one warm start:
 #   SFT_FROM=outputs/embedded OUT=outputs/embedded_alpha06 bash train.sh env.alpha=0.6; the evaluation
 #   reads the run's settings, alpha included, from the run_config.yaml the run writes beside its model).
+#
+# The world and the run's seed (environment variables; the defaults are the embedded default's):
+#   WORLD_SEED=0  the simulated world: the annotator's world, the QA data's, the pool server's (--seed), the
+#                 env's answer key (env.sim_seed) and the evaluation's (--sim-seed) all follow it
+#   POOL          the pool yaml (a simulated one, `world: sim`; default: the recipe's `pool`, else
+#                 configs/pool/sim.yaml): the models the annotator routes to and the prompts list, the pool
+#                 server's experts, env.pool and the evaluation's --pool
+#   SEED=1        the run's seed: the annotator's draws (its --seed SEED-1), SFT's batch order and init
+#                 (data.seed, model.seed SEED-1), SFT's and PPO's trainer.seed (SEED); SEED=1 is today's
+#                 run, so 3 seeds with fresh warm starts are SEED=1, 2, 3 bash train.sh
+# SFT_FROM reuses DIR's world (DIR/world.env); a WORLD_SEED or POOL other than DIR's is refused.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python}
@@ -29,6 +40,7 @@ esac
 
 # Sizes (environment variables; the defaults are the embedded default, the test shrinks them)
 OUT=${OUT:-outputs/embedded}
+SEED=${SEED:-1}
 N_ORACLE=${N_ORACLE:-2000}      # oracle trajectories for SFT
 # The warm start's recipe (configs/recipes/default.yaml): the annotator routes each hop to its domain's cheap
 # specialist, with a few slips. The earlier default (RECIPE=configs/recipes/confused.yaml, or NOISE=0.2
@@ -63,16 +75,41 @@ if s["stopped"] != "done": print("SFT stopped early at step %d of %d (%s)" % (s[
 }
 
 SRC=${SFT_FROM:-$OUT}  # where the data and the SFT model are
+from_src() { [ -f "$SRC/world.env" ] && sed -n "s/^$1=//p" "$SRC/world.env" || true; }  # SFT_FROM's world
+if [ -n "$SFT_FROM" ]; then
+  for key in WORLD_SEED POOL; do
+    was=$(from_src $key); now=${!key:-}
+    if [ -n "$was" ] && [ -n "$now" ] && [ "$now" != "$was" ] && \
+       { [ $key = WORLD_SEED ] || [ "$(realpath -m "$now")" != "$(realpath -m "$was")" ]; }; then
+      echo "error: $key=$now, but SFT_FROM=$SFT_FROM was built with $key=$was ($SFT_FROM/world.env);" \
+           "its data and warm start belong to that world" >&2; exit 2
+    fi
+    [ -n "$now" ] || printf -v "$key" '%s' "$was"
+  done
+fi
+WORLD_SEED=${WORLD_SEED:-0}
+if [ -z "${POOL:-}" ] && [ -z "$SFT_FROM" ]; then  # the recipe's pool, if it names one (alpha.yaml does)
+  POOL=$($PY -c 'import sys; from sim.warm_start.recipe import RecipeError, load_sections
+try: print(load_sections(sys.argv[1]).get("build", {}).get("pool", ""))
+except RecipeError as e: sys.exit(f"error: {e}")' "$RECIPE")
+fi
+POOL=${POOL:-configs/pool/sim.yaml}
+[[ "$WORLD_SEED" =~ ^[0-9]+$ ]] || { echo "error: WORLD_SEED must be an integer >= 0, got '$WORLD_SEED'" >&2; exit 2; }
+[[ "$SEED" =~ ^[1-9][0-9]*$ ]] || { echo "error: SEED must be an integer >= 1, got '$SEED'" >&2; exit 2; }
+[ -f "$POOL" ] || { echo "error: POOL=$POOL: no such file (read from the repository root, as OUT is)" >&2; exit 2; }
+printf 'WORLD_SEED=%s\nPOOL=%s\n' "$WORLD_SEED" "$POOL" > "$OUT/world.env"  # SFT_FROM=$OUT reads it
+echo "world seed $WORLD_SEED, pool $POOL, run seed $SEED"
 if [ -z "$SFT_FROM" ]; then
 stage "1/5 oracle trajectories, tokenizer, model config"
 ORACLE_FLAGS=(${NOISE:+--noise "$NOISE"} ${PREFER_BIG:+--prefer-big "$PREFER_BIG"} ${CONFUSE:+--confuse "$CONFUSE"}
   ${RENAME:+--rename "$RENAME"})
 case "$WHOLE_NAMES" in 1) ORACLE_FLAGS+=(--whole-names) ;; 0) ORACLE_FLAGS+=(--no-whole-names) ;; esac
-$PY -m sim.warm_start --recipe "$RECIPE" --out-dir "$OUT/oracle" --n "$N_ORACLE" ${ORACLE_FLAGS[@]+"${ORACLE_FLAGS[@]}"} --report
+$PY -m sim.warm_start --recipe "$RECIPE" --out-dir "$OUT/oracle" --n "$N_ORACLE" --seed $((SEED - 1)) \
+  --world-seed "$WORLD_SEED" --pool "$POOL" ${ORACLE_FLAGS[@]+"${ORACLE_FLAGS[@]}"} --report
 
 stage "2/5 simulated QA data"
 $PY -m sim.qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" \
-  --train-size 2000 --val-size 100 --test-size 300
+  --world-seed "$WORLD_SEED" --pool "$POOL" --train-size 2000 --val-size 100 --test-size 300
 
 stage "3/5 supervised warm start"
 $PY -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$OUT/oracle/oracle.parquet]" \
@@ -80,6 +117,7 @@ $PY -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$OUT/oracle/orac
   "trainer.output_dir=$OUT/sft" "trainer.hf_dir=$OUT/sft" trainer.resume=none trainer.total_epochs="$SFT_EPOCHS" \
   trainer.total_steps="${SFT_MAX_STEPS:-null}" trainer.time_limit_s="${SFT_TIME_LIMIT:-null}" \
   actor.lr=5e-3 data.train_batch_size=16 actor.sft_context_loss_weight=1.0 \
+  trainer.seed="$SEED" data.seed=$((SEED - 1)) model.seed=$((SEED - 1)) \
   "data.prompt_template=$OUT/oracle/prompt_template.txt"  # written into the model dir: infer.py prompts as trained
 else
   echo "stages 1-3 reused from $SFT_FROM"
@@ -94,11 +132,12 @@ start_sim_pool "$OUT/pool_server.log"
 echo "pool at $URL"
 
 stage "5/5 PPO against the pool"
-EVAL="$PY -m router_r1.eval.evaluate --data $SRC/data/test.parquet --pool configs/pool/sim.yaml --pool-url $URL \
+EVAL="$PY -m router_r1.eval.evaluate --data $SRC/data/test.parquet --pool $POOL --sim-seed $WORLD_SEED --pool-url $URL \
   --greedy ${EVAL_LIMIT:+--limit $EVAL_LIMIT}"  # turns, lengths, alpha: the run's (OUT/hf/run_config.yaml)
 $PY -m verl.trainer.main_ppo --config-name embedded \
   "data.train_files=[$SRC/data/train.parquet]" "data.val_files=[$SRC/data/val.parquet]" \
-  "model.path=$SRC/sft" "model.tokenizer=$SRC/sft" "env.pool_url=$URL" "trainer.output_dir=$OUT/ppo" \
+  "model.path=$SRC/sft" "model.tokenizer=$SRC/sft" "env.pool=$POOL" "env.pool_url=$URL" "env.sim_seed=$WORLD_SEED" \
+  "trainer.seed=$SEED" "trainer.output_dir=$OUT/ppo" \
   "data.prompt_template=$SRC/oracle/prompt_template.txt" "$@"
 rm -rf "$OUT/hf" && cp -r "$OUT/ppo/hf" "$OUT/hf"  # what infer.py and test.sh load by default
 BASELINE_ARGS=()

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from verl.trainer.tracking import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +45,13 @@ def test_shortened_embedded_default(tmp_path):
     assert all(t["cost_usd"] > 0 and t["information"] for t in calls)
     assert any(rows[s]["route_count/mean"] > 0 for s in (1, 2)), "PPO rollouts made no pool call"
     assert (tmp_path / "hf" / "prompt_template.txt").exists()
+    # the default world and seeds, as before WORLD_SEED, POOL and SEED: world 0, sim.yaml, annotator 0, SFT 1/0/0, PPO 1
+    assert (tmp_path / "world.env").read_text() == "WORLD_SEED=0\nPOOL=configs/pool/sim.yaml\n"
+    assert "build.seed=" not in proc.stdout and "build.world_seed=" not in proc.stdout
+    sft, ppo = (yaml.safe_load((tmp_path / d / "run_config.yaml").read_text()) for d in ("sft", "ppo"))
+    assert (sft["trainer"]["seed"], sft["data"]["seed"], sft["model"]["seed"]) == (1, 0, 0)
+    assert (ppo["trainer"]["seed"], ppo["env"]["sim_seed"], ppo["env"]["pool"]) == (1, 0, "configs/pool/sim.yaml")
+    assert all(r["extra_info"]["source_id"].startswith("sim0-") for r in read_parquet_rows(tmp_path / "data" / "test.parquet"))
     # the router beside the baselines, labelled by how it was trained, each baseline paired with it
     runs = json.loads((tmp_path / "eval" / "summary.json").read_text())["runs"]
     assert [r["label"] for r in runs] == ["SFT router", f"PPO router ({tmp_path.name})", "oracle",
@@ -152,3 +161,89 @@ def test_a_warm_start_cut_by_a_time_limit_is_said_on_the_console_and_in_the_last
     note = "SFT stopped early at step 632 of 750 (time limit 900s)"
     assert f"WARNING: {note}" in proc.stderr
     assert proc.stdout.rstrip().splitlines()[-1].endswith(f"done: SFT model {tmp_path / 'out' / 'sft'} - WARNING: {note}")
+
+
+def other_pool(path: Path) -> Path:
+    """configs/pool/sim.yaml with the cheap specialists' domains rotated and their prices changed: the oracle's
+    pick for each domain, and the prompts' listing, differ from the default pool's."""
+    doc = yaml.safe_load((ROOT / "configs" / "pool" / "sim.yaml").read_text())
+    specs = {m["name"]: m for m in doc["models"]}
+    for name, domains, price in (("Qwen2.5-7B-Instruct", ("geography", "sports"), 0.25),
+                                 ("LLaMA-3.1-8B-Instruct", ("people", "arts"), 0.40),
+                                 ("Mistral-7B-Instruct", ("science", "business"), 0.10)):
+        acc = {"default": specs[name]["sim"]["accuracy"]["default"], **{d: 0.95 for d in domains}}
+        specs[name]["sim"]["accuracy"] = acc
+        specs[name]["price_out_per_m"] = specs[name]["price_in_per_m"] = price
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_world_seed_pool_and_seed_reach_every_stage(tmp_path):
+    """WORLD_SEED, POOL and SEED on a shrunk real run: the annotator, the data, the pool server, PPO and the
+    evaluation all use world 3 and the other pool, and each stage its seed; a world or pool left behind by one of
+    them shows as the oracle routing questions the server cannot answer."""
+    pool = other_pool(tmp_path / "rotated.yaml")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "OMP_NUM_THREADS": "2", "WORLD_SEED": "3",
+           "POOL": str(pool), "SEED": "2", "N_ORACLE": "200", "SFT_MAX_STEPS": "2", "EVAL_LIMIT": "24",
+           "EVAL_BASELINES": "oracle-hops"}
+    overrides = ["trainer.total_steps=1", "trainer.test_freq=0", "data.train_batch_size=8",
+                 "actor.ppo_mini_batch_size=8", "critic.ppo_mini_batch_size=8", "data.val_limit=8",
+                 "critic.warmup_steps=0"]
+    proc = subprocess.run(["bash", "train.sh", *overrides], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1200)  # a hang guard: about 60 s on 2 idle cores
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert (out / "world.env").read_text() == f"WORLD_SEED=3\nPOOL={pool}\n"
+
+    # the annotator: world 3, the rotated pool (science goes to Mistral now), its seed SEED - 1
+    assert "build.seed=1" in proc.stdout and "build.world_seed=3" in proc.stdout
+    rows = read_parquet_rows(out / "oracle" / "oracle.parquet")
+    science = [r for r in rows if r["mode"] == "oracle" and r["domain"] == "science" and r["data_source"] == "sim_1hop"]
+    assert science and all(r["route_models"][0] == "Mistral-7B-Instruct" for r in science)
+    assert sum(r["em"] for r in rows) / len(rows) > 0.8
+    # the data: world 3's questions, prompts listing the rotated pool's prices
+    for split in ("train", "val", "test"):
+        data = read_parquet_rows(out / "data" / f"{split}.parquet")
+        assert all(r["extra_info"]["source_id"].startswith("sim3-") for r in data), split
+        assert "Mistral-7B-Instruct $0.10" in data[0]["prompt"][-1]["content"]
+    # SFT and PPO: their seeds, and PPO's env on the same pool and world
+    sft = yaml.safe_load((out / "sft" / "run_config.yaml").read_text())
+    assert (sft["trainer"]["seed"], sft["data"]["seed"], sft["model"]["seed"]) == (2, 1, 1)
+    ppo = yaml.safe_load((out / "ppo" / "run_config.yaml").read_text())
+    assert (ppo["trainer"]["seed"], ppo["env"]["sim_seed"], ppo["env"]["pool"]) == (2, 3, str(pool))
+    # the pool server answers world 3's questions as the rotated pool's experts: the oracle that asks each hop's
+    # specialist (read from the same world and pool) gets them right; a server on world 0 or on sim.yaml would not
+    summary = json.loads((out / "eval" / "summary.json").read_text())
+    assert (summary["config"]["pool"], summary["config"]["sim_seed"]) == (str(pool), 3)
+    (oracle,) = [r for r in summary["runs"] if r["label"] == "oracle-hops"]
+    assert oracle["overall"]["em"] > 0.8 and oracle["overall"]["pool_calls"] > 0
+    assert oracle["overall"]["call_share"].get("Mistral-7B-Instruct", 0) > 0
+
+
+def test_sft_from_refuses_another_world_and_bad_values(tmp_path):
+    """A reused warm start belongs to its world: another WORLD_SEED or POOL is refused before any stage runs."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "world.env").write_text("WORLD_SEED=3\nPOOL=configs/pool/sim.yaml\n")
+    base = {**os.environ, "OUT": str(tmp_path / "out"), "SFT_FROM": str(src)}
+    for extra, words in (({"WORLD_SEED": "0"}, "WORLD_SEED=0, but SFT_FROM"),
+                         ({"POOL": "configs/pool/sim_tradeoff.yaml"}, "POOL=configs/pool/sim_tradeoff.yaml, but"),
+                         ({"SEED": "0"}, "SEED must be an integer >= 1"),
+                         ({"WORLD_SEED": "x", "SFT_FROM": ""}, "WORLD_SEED must be an integer"),
+                         ({"POOL": "nonesuch.yaml", "SFT_FROM": ""}, "POOL=nonesuch.yaml: no such file")):
+        proc = subprocess.run(["bash", "train.sh"], cwd=ROOT, env={**base, **extra}, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and words in proc.stderr, (extra, proc.stderr[-500:])
+        assert not (tmp_path / "out" / "ppo").exists() and not (tmp_path / "out" / "oracle").exists()
+
+
+def test_pool_defaults_to_the_recipes_pool(tmp_path):
+    """Without POOL a recipe's own pool (alpha.yaml: sim_tradeoff.yaml) is the run's, as before POOL existed;
+    POOL overrides it. The run stops at stage 1 here (NOISE=2 is refused), after saying its world."""
+    for extra, pool in (({}, "configs/pool/sim_tradeoff.yaml"),
+                        ({"POOL": "configs/pool/sim_unseen.yaml"}, "configs/pool/sim_unseen.yaml")):
+        env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path), "RECIPE": "alpha", "NOISE": "2", **extra}
+        proc = subprocess.run(["bash", "train.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1 and "--noise must be in [0, 1]" in proc.stderr, proc.stderr[-1000:]
+        assert f"world seed 0, pool {pool}, run seed 1" in proc.stdout
+        assert (tmp_path / "world.env").read_text() == f"WORLD_SEED=0\nPOOL={pool}\n"
