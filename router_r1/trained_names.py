@@ -40,7 +40,8 @@ def training_pool(checkpoint: str | Path) -> tuple[dict[str, set[str]] | None, s
         except RegistryError as e:
             return None, f"its training pool cannot be read ({e})"
         registry = registry.seen() if env.get("seen_only", True) else registry
-        return {s.name: _keys(s) for s in registry.models.values()}, f"env.pool {env.pool} of {find_run_config(checkpoint)}"
+        where = f"env.pool {env.pool} of {find_run_config(checkpoint)}"
+        return {s.name: _keys(s) for s in registry.models.values()}, where
     files = list((run.get("data") or {}).get("sft_files") or [])
     if not files:
         return None, f"{find_run_config(checkpoint)} names neither env.pool nor data.sft_files"
@@ -53,7 +54,8 @@ def training_pool(checkpoint: str | Path) -> tuple[dict[str, set[str]] | None, s
                          for n in routes)
         except Exception as e:  # gone, or rows without route_models: say so, do not stop
             return None, f"its warm-start rows {f} cannot be read ({type(e).__name__}: {str(e)[:120]})"
-    return {n: {normalize_name(n)} for n in sorted(names)}, f"the routes of data.sft_files of {find_run_config(checkpoint)}"
+    where = f"the routes of data.sft_files of {find_run_config(checkpoint)}"
+    return {n: {normalize_name(n)} for n in sorted(names)}, where
 
 
 def _path(name: str) -> Path:
@@ -89,8 +91,8 @@ def check_trained_names(checkpoints, pool: ModelRegistry, template_file: str | N
         if not unseen:
             continue
         knows = list(trained)[:8] + ([f"{len(trained) - 8} more"] if len(trained) > 8 else [])
-        said = (f"{checkpoint} was never trained to name {', '.join(unseen)} of pool {pool.source} (it knows "
-                f"{', '.join(knows) or 'none'}: {where})")
+        said = (f"{checkpoint} was never trained to name {', '.join(unseen)} of pool "
+                f"{pool.source.removesuffix('[subset]')} (it knows {', '.join(knows) or 'none'}: {where})")
         if len(unseen) < len(pool):
             log(f"WARNING: {said}")
         elif allow_unseen:

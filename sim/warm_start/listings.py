@@ -128,7 +128,8 @@ class ListingStyle:
         if recipe.build.prompt_template:
             raise ValueError("--listing card writes the compact template's listing: drop --prompt-template (a "
                              "template of your own lists the pool by the placeholder it has)")
-        shown_domains = {"--vary-pool": recipe.varied_listings.vary_pool > 0, "--add-rival": recipe.rivals.add_rival > 0,
+        shown_domains = {"--vary-pool": recipe.varied_listings.vary_pool > 0,
+                         "--add-rival": recipe.rivals.add_rival > 0,
                          "--think-candidates": recipe.thinking.think_candidates,
                          "--fallback listed": recipe.fallback.fallback == "listed"}
         clash = [flag for flag, on in shown_domains.items() if on]
