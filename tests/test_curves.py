@@ -40,7 +40,8 @@ def test_the_figure_says_how_each_curve_was_decoded_and_which_model_is_exported(
     assert texts == ["train: sampled at T 0.7", "val: greedy", "val 95% CI (Wilson, n=100)",
                      "best val 0.850 (step 10)", "exported: last step (30)"]
     title = fig._suptitle.get_text()
-    assert title.startswith("embedded\ntrain: sampled at T 0.7 | val: greedy") and "exported model is the last step's" in title
+    assert title.startswith("embedded\ntrain: sampled at T 0.7 | val: greedy")
+    assert "exported model is the last step's" in title
     em = next(ax for ax in fig.axes if ax.get_title() == "em/mean: train and val")
     band = next(c for c in em.collections if c.get_label().startswith("val 95% CI"))
     ys = band.get_paths()[0].vertices[:, 1]

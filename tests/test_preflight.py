@@ -81,8 +81,8 @@ def test_a_plain_launch_of_a_config_asking_for_4_gpus_is_refused_not_run_on_one(
     cfg = load_config("router_r1", ["rollout.name=hf"])
     idle = [p for p in problems(cfg) if p.startswith("trainer.n_gpus_per_node")]
     assert idle == ["trainer.n_gpus_per_node=4 (x trainer.nnodes=1) asks for 4 GPUs, but this launch is 1 process "
-                    "(spmd: one GPU each), so 3 would sit idle: launch with Ray (trainer.backend=ray, as `bash train.sh "
-                    "paper` does), with `torchrun --nproc_per_node 4`, or set trainer.n_gpus_per_node=1"]
+                    "(spmd: one GPU each), so 3 would sit idle: launch with Ray (trainer.backend=ray, as "
+                    "`bash train.sh paper` does), with `torchrun --nproc_per_node 4`, or set trainer.n_gpus_per_node=1"]
     monkeypatch.setenv("WORLD_SIZE", "4")  # torchrun --nproc_per_node 4
     assert not any("n_gpus_per_node" in p for p in problems(cfg))
     monkeypatch.delenv("WORLD_SIZE")
@@ -105,7 +105,8 @@ def test_the_ray_package_is_checked_when_the_launch_uses_ray(monkeypatch):
 
     monkeypatch.chdir(ROOT)
     real = importlib.util.find_spec
-    monkeypatch.setattr(preflight.importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    monkeypatch.setattr(preflight.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ray" else real(name, *a))
     line = "the ray package (trainer.backend=ray): not installed; pip install -e '.[ray]'"
     assert line in problems(load_config("ppo_trainer", ["trainer.backend=ray"]))
     assert line not in problems(load_config("ppo_trainer"))

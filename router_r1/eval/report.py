@@ -429,8 +429,8 @@ def pareto_figure(runs: list[dict]):
             router = run.get("kind") == "router"  # the trained routers stand out from the baselines
             marker = router_markers[len(routers) % len(router_markers)] if router else \
                 markers[k // len(colors) % len(markers)]
-            ax.scatter([pts[-1][0]], [pts[-1][1]], s=router_size[marker] if router else 32, color=colors[k % len(colors)],
-                       marker=marker, label=_label(run), zorder=4 if router else 3,
+            ax.scatter([pts[-1][0]], [pts[-1][1]], s=router_size[marker] if router else 32,
+                       color=colors[k % len(colors)], marker=marker, label=_label(run), zorder=4 if router else 3,
                        edgecolors="black" if router else "face", linewidths=0.5 if router else 0)
             if router:
                 routers.append((run, pts[-1], colors[k % len(colors)]))

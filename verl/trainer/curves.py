@@ -33,7 +33,8 @@ def decoding_labels(rollout) -> dict[str, str]:
     """Legend labels saying how training and validation episodes were decoded (a rollout config section)."""
     train = f"train: sampled at T {rollout.temperature:g}"
     greedy = rollout.val_greedy or rollout.val_temperature == 0
-    return {"train_label": train, "val_label": "val: greedy" if greedy else f"val: sampled at T {rollout.val_temperature:g}"}
+    val = "val: greedy" if greedy else f"val: sampled at T {rollout.val_temperature:g}"
+    return {"train_label": train, "val_label": val}
 
 
 def curve_panels(keys: list[str], rows: list[dict]) -> list[tuple[str | None, str | None]]:

@@ -648,8 +648,9 @@ class PPOTrainer:
         train_s = time.perf_counter() - started
         if self.is_main and self.tracker is not None and self.tracker.jsonl_path.exists():
             try:
+                labels = decoding_labels(self.cfg.rollout) if self.mode == "ppo" else {}  # sft: no sampling
                 plot_curves(self.tracker.jsonl_path, list(t.plot_keys), self.out_dir / "curves.png",
-                            title=t.experiment_name, **(decoding_labels(self.cfg.rollout) if self.mode == "ppo" else {}))
+                            title=t.experiment_name, **labels)
             except ValueError as e:
                 print(f"no plot: {e}")
         if t.export_hf:

@@ -72,11 +72,11 @@ def _gpu_problems(cfg: DictConfig) -> list[str]:
         need = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
         launch = f"spmd: {world} process{'es' if world > 1 else ''}, one GPU each"
         if world < asked:
+            procs = f"{world} process{'es' if world > 1 else ''}"
             found.append(f"trainer.n_gpus_per_node={t.n_gpus_per_node} (x trainer.nnodes={t.nnodes}) asks for {asked} "
-                         f"GPUs, but this launch is {world} process{'es' if world > 1 else ''} (spmd: one GPU each), so "
-                         f"{asked - world} would sit idle: launch with Ray (trainer.backend=ray, as `bash train.sh paper` "
-                         f"does), with `torchrun --nproc_per_node {t.n_gpus_per_node}`, or set "
-                         f"trainer.n_gpus_per_node={world}")
+                         f"GPUs, but this launch is {procs} (spmd: one GPU each), so {asked - world} would sit idle: "
+                         f"launch with Ray (trainer.backend=ray, as `bash train.sh paper` does), with "
+                         f"`torchrun --nproc_per_node {t.n_gpus_per_node}`, or set trainer.n_gpus_per_node={world}")
     if have < need:
         found.insert(0, f"{'a CUDA GPU' if need == 1 else f'{need} CUDA GPUs'} ({why}; {launch}): torch sees "
                         f"{have or 'none'} on this machine")
