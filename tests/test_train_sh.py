@@ -126,7 +126,8 @@ def _stage1(tmp_path, **env):
 
     tmp_path.mkdir()
     _train_sh_sft_only(tmp_path, {"steps": 1, "planned_steps": 1, "stopped": "done"}, **env)
-    (line,) = [x for x in (tmp_path / "out" / "commands.log").read_text().splitlines() if "sim.warm_start" in x]
+    (line,) = [x for x in (tmp_path / "out" / "commands.log").read_text().splitlines()
+               if x.startswith("-m sim.warm_start")]  # not the -c that reads the recipe's pool
     args = line.split()
     assert args[:2] == ["-m", "sim.warm_start"] and "--report" in args
     return parse_args(args[2:])
