@@ -45,7 +45,8 @@ def arm_summary(arm: Path) -> dict:
     val = [(r["step"], r["val/em/mean"]) for r in rows if "val/em/mean" in r]
     with gzip.open(arm / EVAL, "rt") as f:
         runs = json.load(f)["runs"]
-    sft, rl = runs[0], runs[-1]  # run.sh evaluates the warm start first, the RL checkpoint last
+    routers = [r for r in runs if r.get("kind", "router") == "router"]
+    sft, rl = routers[0], routers[-1]  # the warm start first, the RL checkpoint next; baselines (if any) after
     paired = sft["vs_router"]  # the warm start minus the RL router: negated below
     return {"arm": arm.name, "steps": max(r["step"] for r in rows), "val_em": val,
             "val_em_start": val[0][1], "val_em_min": min(v for _, v in val), "val_em_end": val[-1][1],
