@@ -37,10 +37,10 @@ def sample_ours(model, tok, prompts: list[list[int]], s: PeerSettings, seed: int
     from verl.workers.rollout.hf_rollout import HFRollout
 
     engine = HFRollout(model, tok, max_batch_size=s.samples_per_step)
-    sp = SamplingParams(temperature=s.temperature, max_new_tokens=s.max_completion_length, stop=STOP_STRINGS,
-                        seed=seed)
     outs = []
-    for i in range(0, len(prompts), s.samples_per_step):  # one step's batch per call, as a training step plays it
+    for k, i in enumerate(range(0, len(prompts), s.samples_per_step)):  # a step's batch per call, seeded seed + k as
+        sp = SamplingParams(temperature=s.temperature, max_new_tokens=s.max_completion_length,  # training seeds a step
+                            stop=STOP_STRINGS, seed=seed + k)
         outs += engine.generate(prompts[i:i + s.samples_per_step], sp)
     return tok.batch_decode([o.token_ids for o in outs], skip_special_tokens=True)
 
@@ -82,8 +82,8 @@ def sampling_check(trainer, rows, s: PeerSettings, seed: int) -> dict:
 
 def sampler_check(trainer, rows, s: PeerSettings, seed: int) -> dict:
     """Does each sampler draw from the policy's softmax at T? Ours: the engine's own log-prob of each token it wrote
-    against a clean one-row forward. TRL: transformers' processed scores of its generation config against
-    log_softmax(raw logits / T), and how many tokens they keep."""
+    against a clean one-row forward. TRL: transformers' logits on a left-padded batch against a clean forward, and its
+    processed scores against log_softmax(logits / T) (how many tokens they keep)."""
     from verl.workers.rollout.base import SamplingParams
     from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -100,15 +100,26 @@ def sampler_check(trainer, rows, s: PeerSettings, seed: int) -> dict:
             logits = clean(input_ids=torch.tensor([p + o.token_ids])).logits[0, len(p) - 1:-1].float()
             lp = torch.log_softmax(logits / s.temperature, -1).gather(-1, torch.tensor(o.token_ids)[:, None])
             worst = max(worst, float((lp.squeeze(-1) - torch.tensor(o.logprobs)).abs().max()))
-        ids = torch.tensor([prompts[0]] * 8)
+        few = prompts[:16]  # left-padded to the longest, as TRL pads a generation batch
+        width = max(map(len, few))
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in few])
+        attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in few])
         torch.manual_seed(seed)
-        gen = trainer.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                     generation_config=trainer.generation_config, output_scores=True,
-                                     output_logits=True, return_dict_in_generate=True)
+        gen = trainer.model.generate(input_ids=ids, attention_mask=attn, generation_config=trainer.generation_config,
+                                     output_scores=True, output_logits=True, return_dict_in_generate=True)
+        logits = torch.stack(gen.logits, 1).float()  # (rows, steps, vocab)
+        trl_worst = 0.0
+        for r, p in enumerate(few):
+            comp = gen.sequences[r, width:].tolist()
+            n = next((i + 1 for i, t in enumerate(comp) if t in trainer.eos_token_ids), len(comp))
+            ref = clean(input_ids=torch.tensor([p + comp[:n]])).logits[0, len(p) - 1:len(p) - 1 + n].float()
+            d = torch.log_softmax(ref / s.temperature, -1) - torch.log_softmax(logits[r, :n] / s.temperature, -1)
+            trl_worst = max(trl_worst, float(d.abs().max()))
     kept = torch.isfinite(gen.scores[0])
     same = all(torch.allclose(torch.log_softmax(sc, -1), torch.log_softmax(lg / s.temperature, -1), atol=1e-5)
                for sc, lg in zip(gen.scores, gen.logits))
     return {"ours_engine_vs_clean_logprob_max_abs": worst, "rows": len(prompts),
+            "trl_generate_vs_clean_logprob_max_abs": trl_worst, "trl_rows": len(few),
             "trl_scores_equal_raw_softmax_at_T": bool(same), "trl_tokens_kept_of_vocab": [int(kept.sum(-1).min()),
                                                                                          int(kept.shape[-1])]}
 
