@@ -71,3 +71,21 @@ def test_rl_warm_start_summary_reproduces_its_table(tmp_path):
     run("experiments.rl_warm_start.summarize", "--records", here)
     changed = [a for a, b in zip((here / "table.md").read_text().splitlines(), out.splitlines()) if a != b]
     assert len(changed) == 1 and changed[0].startswith("| lr3e-4 ")
+
+
+def test_rl_seeds_summary_reproduces_its_table(tmp_path):
+    records = ROOT / "docs/results/rl_seeds"
+    here = tmp_path / "rl_seeds"
+    shutil.copytree(records, here)
+    out = run("experiments.rl_seeds.summarize", "--records", here)
+    assert out == (records / "table.md").read_text() == (here / "table.md").read_text()
+    assert (here / "summary.json").read_bytes() == (records / "summary.json").read_bytes()
+    assert (here / "curves.png").stat().st_size > 10_000
+    # GRPO seed 2's RL router EM raised: its row, and only it, changes
+    summary = here / "grpo_s2/eval_summary.json.gz"
+    record = json.loads(gzip.decompress(summary.read_bytes()))
+    record["runs"][1]["overall"]["em"] = 0.9
+    summary.write_bytes(gzip.compress(json.dumps(record).encode()))
+    run("experiments.rl_seeds.summarize", "--records", here)
+    changed = [a for a, b in zip((here / "table.md").read_text().splitlines(), out.splitlines()) if a != b]
+    assert len(changed) == 1 and changed[0].startswith("| 2 | 0.727 | 0.747 |") and "0.900" in changed[0]

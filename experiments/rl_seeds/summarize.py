@@ -20,8 +20,9 @@ from experiments.rl_warm_start.summarize import EVAL, METRICS, arm_summary, coll
 from verl.trainer.tracking import read_jsonl
 
 ARM = re.compile(r"^(ppo|grpo)_s(\d+)$")
-CURVES = (("val/em/mean", "greedy val EM (100 questions)"), ("reward/mean", "sampled training reward"),
-          ("format_ok/mean", "sampled format rate"))
+CURVES = (("val/em/mean", "greedy val EM (100 questions)"), ("reward/mean", "sampled training reward (10-step mean)"),
+          ("format_ok/mean", "sampled format rate (10-step mean)"))
+SMOOTH = 10  # steps averaged in the sampled panels: one step's 64 episodes are noisy
 
 
 def runs_by_seed(records: Path) -> dict[int, dict[str, dict]]:
@@ -83,7 +84,7 @@ def plot(records: Path, seeds: dict[int, dict[str, dict]], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(13.0, 3.6), dpi=100)
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(12.0, 3.4), dpi=80)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (s, arms) in enumerate(sorted(seeds.items())):
         for algo, style in (("ppo", "-"), ("grpo", "--")):
@@ -92,6 +93,9 @@ def plot(records: Path, seeds: dict[int, dict[str, dict]], out: Path) -> None:
             rows = read_jsonl(records / f"{algo}_s{s}" / METRICS)
             for ax, (key, _) in zip(axes, CURVES):
                 pts = [(r["step"], r[key]) for r in rows if key in r]
+                if not key.startswith("val/"):
+                    pts = [(x, statistics.mean(y for _, y in pts[max(0, i - SMOOTH + 1):i + 1]))
+                           for i, (x, _) in enumerate(pts)]
                 if pts:
                     ax.plot(*zip(*pts), style, color=colours[i % len(colours)], lw=1.2,
                             label=f"{algo.upper()} seed {s}")
@@ -103,6 +107,9 @@ def plot(records: Path, seeds: dict[int, dict[str, dict]], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
+    from PIL import Image  # matplotlib's own dependency
+
+    Image.open(out).convert("RGB").quantize(colors=32).save(out, optimize=True)  # docs/ has a size budget
 
 
 def main(argv=None) -> int:

@@ -83,6 +83,9 @@ def plot(arms: list[dict], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
+    from PIL import Image  # matplotlib's own dependency
+
+    Image.open(out).convert("RGB").quantize(colors=32).save(out, optimize=True)  # docs/ has a size budget
 
 
 def main(argv=None) -> int:
