@@ -91,6 +91,21 @@ def test_a_rank_that_dies_mid_step_is_named_not_waited_for(two_nodes, tmp_path):
         group.shutdown()
 
 
+class BrokenWorker(Worker):
+    """A worker whose constructor raises, as one with a bad config or a missing model would."""
+
+    def __init__(self):
+        raise RuntimeError("no such model")
+
+
+def test_a_group_that_fails_to_start_frees_its_bundles(two_nodes):
+    # Both CPUs of the cluster go to the broken group; kept, the next group would wait for them until its timeout.
+    with pytest.raises(WorkerError, match="no such model"):
+        RayWorkerGroup({"actor": (BrokenWorker, {})}, RayPlacement(world_size=2, ready_timeout_s=120))
+    group = RayWorkerGroup({"critic": (FragileWorker, {})}, RayPlacement(world_size=2, ready_timeout_s=30))
+    group.shutdown()
+
+
 def test_ppo_under_ray_on_two_nodes_matches_the_single_process_run(two_nodes, tmp_path, monkeypatch, capsys):
     """Two PPO steps with 2 colocated workers (actor+rollout, critic, reference in each), one per node;
     greedy rollouts make the batch fixed, so the first update's losses equal the one-process run's."""

@@ -95,6 +95,15 @@ class RayWorkerGroup:
         if strategy == "auto":
             strategy = "STRICT_PACK" if _fits_one_node(ray, bundle, self.world_size) else "PACK"
         self.placement_group, self.hosts = _place(ray, bundle, strategy, placement)
+        try:
+            self._start(ray, placement)
+        except BaseException:
+            # A group that never started must not keep its bundles: the next group (a retry, the next test)
+            # would wait for CPUs nobody uses.
+            self.shutdown()
+            raise
+
+    def _start(self, ray, placement: RayPlacement) -> None:
         self.nodes = ray.get([h.node.remote() for h in self.hosts], timeout=placement.ready_timeout_s)
         master_addr, master_port = ray.get(self.hosts[0].address.remote())
         starts = []
