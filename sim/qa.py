@@ -52,13 +52,23 @@ def draw_questions(cfg: SimConfig) -> dict[str, list[SimQuestion]]:
     # Val shares no single fact with test (not only no chain): a choice made on val (a probe, the best step)
     # must not have seen a test answer. A second draw three val sizes past test leaves enough such questions.
     taken = {_fact(h) for q in test for h in q.hops}
-    extra = world.questions(cfg.test_size + 3 * cfg.val_size, cfg.seed + 1, "test", cfg.two_hop_frac)
+    for extra_size in (cfg.test_size + 3 * cfg.val_size, cfg.test_size + cfg.val_size):  # the second: a small world
+        try:
+            extra = world.questions(extra_size, cfg.seed + 1, "test", cfg.two_hop_frac)
+            break
+        except ValueError:
+            if extra_size == cfg.test_size + cfg.val_size:
+                raise
     fresh = [q for q in extra if not any(_fact(h) in taken for h in q.hops)]
     one = [q for q in fresh if len(q.hops) == 1]
     two = [q for q in fresh if len(q.hops) == 2]
     n_two = min(len(two), max(round(cfg.val_size * cfg.two_hop_frac), cfg.val_size - len(one)))
     keep = {id(q) for q in two[:n_two] + one[:cfg.val_size - n_two]}
     val = [q for q in fresh if id(q) in keep]
+    if len(val) < cfg.val_size:
+        raise DataBuildError(f"sim.qa: only {len(val)} validation questions share no fact with the {cfg.test_size} "
+                             f"test questions, {cfg.val_size} asked; lower --val-size or --test-size, or raise "
+                             f"--world-entities")
     train = world.questions(cfg.train_size, cfg.seed, "train", cfg.two_hop_frac)
     return {"train": train, "val": val, "test": test}
 

@@ -318,6 +318,13 @@ def test_sim_val_uses_no_fact_of_test_at_the_default_sizes():
     assert not facts["val"] & facts["test"]
 
 
+def test_sim_val_too_large_for_the_held_out_facts_is_refused_by_name():
+    from sim.qa import SimConfig, draw_questions
+
+    with pytest.raises(DataBuildError, match="only 230 validation questions share no fact with the 300 test"):
+        draw_questions(SimConfig(val_size=250))
+
+
 def test_sim_prompt_lists_the_sim_pool_and_is_deterministic(tmp_path, sim_built):
     from router_r1.pool.world import SIM_POOL
     from sim.qa import SimConfig, build_sim
