@@ -32,7 +32,7 @@ PY=${PYTHON:-python}
 
 case "${1:-embedded}" in
   paper) shift; exec $PY -m verl.trainer.main_ppo --config-name router_r1 trainer.backend=ray "$@" ;;  # Ray places trainer.n_gpus_per_node GPU workers
-  grpo)  shift; exec $PY -m verl.trainer.main_ppo --config-name router_r1_grpo "$@" ;;
+  grpo)  shift; exec $PY -m verl.trainer.main_ppo --config-name router_r1_grpo trainer.backend=ray "$@" ;;  # as paper
   embedded) [ $# -gt 0 ] && shift ;;
   *=*) ;;  # overrides for the embedded default
   *) echo "usage: bash train.sh [embedded|paper|grpo] [key=value ...]" >&2; exit 2 ;;

@@ -35,6 +35,18 @@ def test_train_sh_paper_without_gpus_data_or_key_says_what_is_missing(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_train_sh_grpo_launches_with_ray_as_paper_does(tmp_path):
+    """router_r1_grpo inherits n_gpus_per_node 4: a plain launch would leave 3 GPUs idle, and is refused."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ROUTER_POOL_API_KEY", "HF_HUB_OFFLINE")}
+    env.update(PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1")
+    proc = subprocess.run(["bash", "train.sh", "grpo", f"data.train_files=[{tmp_path / 'train.parquet'}]",
+                           f"data.val_files=[{tmp_path / 'val.parquet'}]", f"trainer.output_dir={tmp_path / 'out'}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "- 4 CUDA GPUs (rollout.name=vllm; trainer.backend=ray, trainer.n_gpus_per_node=4)" in proc.stderr
+    assert "sit idle" not in proc.stderr
+
+
 def test_a_cpu_run_with_everything_present_passes(monkeypatch):
     monkeypatch.chdir(ROOT)
     assert problems(load_config("ppo_trainer")) == []
