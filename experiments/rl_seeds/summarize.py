@@ -9,14 +9,13 @@ table.md, summary.json and curves.png are then built from the records alone.
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import re
 import statistics
 from pathlib import Path
 
-from experiments.rl_warm_start.summarize import EVAL, METRICS, arm_summary, collect
+from experiments.rl_warm_start.summarize import EVAL, METRICS, arm_summary, records_from_cli, save_small
 from verl.trainer.tracking import read_jsonl
 
 ARM = re.compile(r"^(ppo|grpo)_s(\d+)$")
@@ -105,21 +104,11 @@ def plot(records: Path, seeds: dict[int, dict[str, dict]], out: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    from PIL import Image  # matplotlib's own dependency
-
-    Image.open(out).convert("RGB").quantize(colors=32).save(out, optimize=True)  # docs/ has a size budget
+    save_small(fig, out)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--records", default="docs/results/rl_seeds", help="records folder, one subfolder per run")
-    p.add_argument("--collect", default=None, metavar="RUN_DIR", help="copy the runs of a run.sh output first")
-    a = p.parse_args(argv)
-    records = Path(a.records)
-    if a.collect:
-        collect(Path(a.collect), records)
+    records = records_from_cli(argv, __doc__, "docs/results/rl_seeds")
     seeds = runs_by_seed(records)
     if not seeds:
         raise SystemExit(f"{records}: no ppo_s<N>/grpo_s<N> folder with {EVAL}")

@@ -81,21 +81,32 @@ def plot(arms: list[dict], out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the plot: lines cross
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    save_small(fig, out)
+
+
+def save_small(fig, out: Path) -> None:
+    """Save a figure as a 32-colour PNG: docs/ has a size budget."""
+    import matplotlib.pyplot as plt
     from PIL import Image  # matplotlib's own dependency
 
-    Image.open(out).convert("RGB").quantize(colors=32).save(out, optimize=True)  # docs/ has a size budget
+    fig.savefig(out)
+    plt.close(fig)
+    Image.open(out).convert("RGB").quantize(colors=32).save(out, optimize=True)
+
+
+def records_from_cli(argv, doc: str, default: str) -> Path:
+    """The records folder of `--records`, after copying a run.sh output's runs into it when `--collect` names one."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--records", default=default, help="records folder, one subfolder per run")
+    p.add_argument("--collect", default=None, metavar="RUN_DIR", help="copy the runs of a run.sh output first")
+    a = p.parse_args(argv)
+    if a.collect:
+        collect(Path(a.collect), Path(a.records))
+    return Path(a.records)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--records", default="docs/results/rl_warm_start", help="records folder, one subfolder per arm")
-    p.add_argument("--collect", default=None, metavar="RUN_DIR", help="copy the arms of a run.sh output first")
-    a = p.parse_args(argv)
-    records = Path(a.records)
-    if a.collect:
-        collect(Path(a.collect), records)
+    records = records_from_cli(argv, __doc__, "docs/results/rl_warm_start")
     arms = [arm_summary(d) for d in sorted(records.iterdir()) if (d / EVAL).exists()]
     if not arms:
         raise SystemExit(f"{records}: no arm folder with {EVAL}")
