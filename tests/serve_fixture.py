@@ -31,6 +31,19 @@ ROUTE = f"<think>ask</think><search>{BIG}: {SUB_QUESTION}</search>"
 FINAL = f"<think>done</think><answer>{ANSWER}</answer>"
 
 
+def write_val_parquet(path: Path) -> Path:
+    """Two validation rows asking the served question: one gold right (ANSWER), one that no reply matches."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"data_source": "sim", "prompt": [{"role": "user", "content": q}], "ability": "qa",
+             "reward_model": {"style": "rule", "ground_truth": {"target": [gold]}},
+             "extra_info": {"uid": f"v{i}", "question": q}}
+            for i, (q, gold) in enumerate([(QUESTIONS[0], ANSWER), (QUESTIONS[0], "Tekrel Ratis")])]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
 def _examples(tok) -> list[tuple[list[int], list[int]]]:
     registry = ModelRegistry.from_yaml(SIM).seen()
     spec = registry[BIG]

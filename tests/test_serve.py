@@ -19,7 +19,7 @@ from router_r1.actions import NO_REPLY_TEXT
 from router_r1.serve import RouterServerThread, build_service, parse_args, serving
 from router_r1.runtime import EnvOverrides, EvalError
 from router_r1.serve_engine import RunSettings, load_run_settings
-from serve_fixture import ALPHAS, ANSWER, BIG, SIM, SUB_QUESTION, TURNS
+from serve_fixture import ALPHAS, ANSWER, BIG, SIM, SUB_QUESTION, TURNS, write_val_parquet
 from verl.workers.rollout.base import SamplingParams
 
 POOL_KEY = "pool-key-7f3a9c-never-shown"
@@ -181,16 +181,7 @@ def test_settings_come_from_the_saved_run_config(ckpt, tmp_path):
 
 @pytest.fixture(scope="module")
 def val_file(tmp_path_factory):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rows = [{"data_source": "sim", "prompt": [{"role": "user", "content": q}], "ability": "qa",
-             "reward_model": {"style": "rule", "ground_truth": {"target": [gold]}},
-             "extra_info": {"uid": f"v{i}", "question": q}}
-            for i, (q, gold) in enumerate([(QUESTION, ANSWER), (QUESTION, "Tekrel Ratis")])]
-    path = tmp_path_factory.mktemp("val") / "val.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
+    return write_val_parquet(tmp_path_factory.mktemp("val") / "val.parquet")
 
 
 def test_calibrate_meets_a_target_or_says_it_cannot(ckpt, pool_server, val_file, tmp_path, monkeypatch, capsys):

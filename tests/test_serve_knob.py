@@ -14,7 +14,7 @@ from router_r1.calibrate import main as calibrate_main
 from router_r1.runtime import EvalError
 from router_r1.serve import RouterServerThread, parse_args, serving
 from router_r1.serve_engine import KNOB_ALPHAS, KNOB_POOL, TRAIN_KNOB, load_run_settings
-from serve_fixture import ALPHAS, ANSWER, SIM, TURNS
+from serve_fixture import ALPHAS, ANSWER, SIM, TURNS, write_val_parquet
 
 QUESTION = "What is the capital of Veloria?"
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,16 +38,7 @@ def fixed_served(fixed_run):
 
 @pytest.fixture(scope="module")
 def val_file(tmp_path_factory):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rows = [{"data_source": "sim", "prompt": [{"role": "user", "content": q}], "ability": "qa",
-             "reward_model": {"style": "rule", "ground_truth": {"target": [gold]}},
-             "extra_info": {"uid": f"v{i}", "question": q}}
-            for i, (q, gold) in enumerate([(QUESTION, ANSWER), (QUESTION, "Tekrel Ratis")])]
-    path = tmp_path_factory.mktemp("val") / "val.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
+    return write_val_parquet(tmp_path_factory.mktemp("val") / "val.parquet")
 
 
 def ask(client, model="router-r1", **kw):
