@@ -52,13 +52,10 @@ def draw_questions(cfg: SimConfig) -> dict[str, list[SimQuestion]]:
     # Val shares no single fact with test (not only no chain): a choice made on val (a probe, the best step)
     # must not have seen a test answer. A second draw three val sizes past test leaves enough such questions.
     taken = {_fact(h) for q in test for h in q.hops}
-    for extra_size in (cfg.test_size + 3 * cfg.val_size, cfg.test_size + cfg.val_size):  # the second: a small world
-        try:
-            extra = world.questions(extra_size, cfg.seed + 1, "test", cfg.two_hop_frac)
-            break
-        except ValueError:
-            if extra_size == cfg.test_size + cfg.val_size:
-                raise
+    try:
+        extra = world.questions(cfg.test_size + 3 * cfg.val_size, cfg.seed + 1, "test", cfg.two_hop_frac)
+    except ValueError:  # a small world: the draw that only just holds test and val
+        extra = world.questions(cfg.test_size + cfg.val_size, cfg.seed + 1, "test", cfg.two_hop_frac)
     fresh = [q for q in extra if not any(_fact(h) in taken for h in q.hops)]
     one = [q for q in fresh if len(q.hops) == 1]
     two = [q for q in fresh if len(q.hops) == 2]
