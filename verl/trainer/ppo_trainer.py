@@ -159,6 +159,7 @@ class PPOTrainer:
             self.kl_ctrl = FixedKLController(alg.kl_ctrl.kl_coef)
         self.global_step = 0  # number of completed updates
         self.decode_s = 0.0  # seconds spent inside generate calls (the rest of a rollout waits for the env)
+        self.sync_s = 0.0  # seconds copying the actor's weights into the rollout engine (sync_rollout)
         self.gen_batches = 0  # prompt batches drawn so far; dynamic sampling may draw several per step
         self.rollout_imbalance = None  # max/mean of the ranks' summed load hints, when balanced
         self.sft_tokens = 0  # sft: real tokens trained on so far
@@ -182,6 +183,15 @@ class PPOTrainer:
             return self._generate_on(self.actor.generate, prompts, sampling, self.actor.world_size)
         finally:
             self.decode_s += time.perf_counter() - start
+
+    def sync_rollout(self) -> None:
+        """Copy the actor's weights into the rollout engine (a no-op when fresh), timed into sync_s: at 3B
+        the copy takes seconds, which a rollout's time split must not count as waiting for the pool."""
+        start = time.perf_counter()
+        try:
+            self.actor.sync_rollout()
+        finally:
+            self.sync_s += time.perf_counter() - start
 
     def engine(self):
         """What the env generates with: the local rollout engine itself where it has an async
@@ -224,7 +234,7 @@ class PPOTrainer:
         the actor's weights while they update)."""
         sampling = sampling or self.sampling(validate)
         if sync:
-            self.actor.sync_rollout()
+            self.sync_rollout()
         engine = self.engine()
         if self.dist is None:
             result: RolloutResult = self.env.rollout(rows, engine, sampling, validate)
@@ -439,7 +449,11 @@ class PPOTrainer:
         metrics["batch/episodes"] = float(len(batch))  # episodes this update trained on (samples per step)
         metrics["response_length/mean"] = float(batch.batch["response_mask"].sum(-1).float().mean())
         metrics["adv/mean"] = float(masked_mean(batch.batch["advantages"], mask))
-        metrics["timing/tokens_per_s"] = float(batch.batch["attention_mask"].sum()) / step_s
+        # real (unpadded) tokens of the trained batch: prompts, policy and <information> tokens (NeMo-RL's unit)
+        attention = batch.batch["attention_mask"]  # (batch, prompt_len + response_len)
+        metrics["batch/tokens"] = float(attention.sum())
+        metrics["batch/prompt_tokens"] = float(attention[:, :batch.batch["prompts"].shape[1]].sum())
+        metrics["timing/tokens_per_s"] = metrics["batch/tokens"] / step_s
         return metrics
 
     def sft_step(self) -> dict[str, float]:

@@ -48,12 +48,13 @@ def collect(trainer: PPOTrainer, rows, step: int | None = None, sync: bool = Tru
     metrics: dict[str, float] = {}
     version = trainer.global_step if version is None else version
     gen_batches = trainer.gen_batches - 1  # next_rows() already drew `rows`; extra DAPO draws come after
-    decode_before = trainer.decode_s
+    decode_before, sync_before = trainer.decode_s, trainer.sync_s
     with timer("gen", metrics):
         batch, env_metrics = trainer.train_episodes(rows, metrics, step, sync)  # DAPO may drop and refill groups
-    # the rollout's wall time, split: decoding, and the rest (pool calls not hidden by decoding)
+    # the rollout's wall time, split: decoding, the weight copy into the engine, and the rest (pool calls not
+    # hidden by decoding)
     metrics["timing/decode"] = trainer.decode_s - decode_before
-    metrics["timing/env_wait"] = metrics["timing/gen"] - metrics["timing/decode"]
+    metrics["timing/env_wait"] = metrics["timing/gen"] - metrics["timing/decode"] - (trainer.sync_s - sync_before)
     return Collected(batch, env_metrics, metrics, version, gen_batches)
 
 
@@ -68,10 +69,12 @@ class RolloutSchedule:
 
     def next_batch(self, step: int) -> Collected:
         """The episodes the update after `step` updates trains on, with timing/rollout_wait (what
-        getting them took here) and offpolicy/staleness (updates since their policy) in their metrics."""
-        start = time.perf_counter()
+        getting them took here), timing/weight_sync (the weight copy into the engine, part of it) and
+        offpolicy/staleness (updates since their policy) in their metrics."""
+        start, sync_before = time.perf_counter(), self.trainer.sync_s
         collected = self._take(step)
         collected.metrics["timing/rollout_wait"] = time.perf_counter() - start
+        collected.metrics["timing/weight_sync"] = self.trainer.sync_s - sync_before
         collected.metrics["offpolicy/staleness"] = float(step - collected.version)
         return collected
 
@@ -132,7 +135,7 @@ class OffPolicySchedule(RolloutSchedule):
 
     def _play_ahead(self, step: int) -> None:
         t = self.trainer
-        t.actor.sync_rollout()  # here, in this thread: the update that follows must not race the copy
+        t.sync_rollout()  # here, in this thread: the update that follows must not race the copy
         # the env's state before the rollout played ahead scores into it (cost window): what a checkpoint
         # saved while it is untrained must hold, since a resumed run plays its rows again
         self._env_state_before_ahead = copy.deepcopy(t.env.state_dict())
@@ -169,7 +172,7 @@ class StreamingSchedule(RolloutSchedule):
 
     def _take(self, step: int) -> Collected:
         t = self.trainer
-        t.actor.sync_rollout()
+        t.sync_rollout()
         if self._stream is None:
             self._stream = StreamingRollout(
                 t.env, t.engine(), t.next_indices, t.group_rows,
@@ -186,6 +189,7 @@ class StreamingSchedule(RolloutSchedule):
         played = t.scored(rows, result, np.asarray(scores, dtype=np.float32), env_metrics, 0, None)
         metrics.update(stream_metrics)
         metrics["timing/decode"] = _busy_s(engine) - busy_before + t.decode_s - decode_before
+        metrics["timing/env_wait"] = metrics["timing/gen"] - metrics["timing/decode"]  # the weights synced before
         version = step - int(stream_metrics["stream/staleness_max"])
         batch = t.to_batch(result, rows, played.scores, t.sampling(validate=False))  # every group's temperature
         batch.batch["staleness"] = torch.tensor([float(g.staleness(step)) for g in groups
