@@ -4,9 +4,11 @@ Random-init Qwen2.5 shapes (tools/bench/bench_rollout.py's), saved once as an HF
 prompts of random tokens, sampling at T=1, no stop, every row the full length. Also: one weight sync
 into vLLM (seconds; then vLLM's returned log-probs against a teacher-forced forward of the synced
 model, and of the model it had before: a sync that did nothing shows up as a large diff) and GPU
-memory around sleep/wake (torch.cuda.mem_get_info).
+memory around sleep/wake (torch.cuda.mem_get_info). Every figure is printed beside the shape's HBM floor
+(bench_rollout.hbm_floor: the tokens/s at which one step's weight and KV reads would take the whole step).
 
-    python -m tools.bench.bench_rollout_vllm --shape qwen2.5-0.5b qwen2.5-3b --batch 64 256 --out bench.json
+    python -m tools.bench.bench_rollout_vllm --shape qwen2.5-0.5b qwen2.5-3b --batch 128 --prompt-len 1024 \
+        --new-tokens 512 --skip-generate --out bench.json
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from verl.workers.rollout.base import SamplingParams
 from verl.workers.rollout.static_rollout import StaticRollout
 from verl.workers.rollout.vllm_rollout import VLLMRollout
 from tools.bench.bench_rollout import _Tok, build, hf_generate, teacher_forced_logprobs, timed, workload_parser
+from tools.bench import bench_rollout
 
 GIB = 1 << 30
 
@@ -35,6 +38,38 @@ def logprob_gap(model, prompts, outs) -> float:
     return float(torch.cat(d).mean())
 
 
+def floors(shapes: list[str], batches: list[int], prompt_len: int, new_tokens: int) -> dict:
+    """bench_rollout.hbm_floor for every (shape, batch), computed before any engine starts so a missing or
+    failing floor costs no GPU time."""
+    return {(s, b): bench_rollout.hbm_floor(s, b, prompt_len, new_tokens) for s in shapes for b in batches}
+
+
+def add_ratios(row: dict, floor: dict) -> dict:
+    """The row with the floor and each engine's distance from it (floor tok/s / measured tok/s: 1.0 is the floor)."""
+    row.update(hbm_bytes_per_step=floor["bytes_per_step"], hbm_floor_tok_s=floor["floor_tok_s"],
+               vllm_vs_hf_static=row["vllm_tok_s"] / row["hf_static_compiled_tok_s"])
+    for name in ("vllm", "hf_static_compiled", "generate"):
+        if f"{name}_tok_s" in row:
+            row[f"{name}_x_floor"] = floor["floor_tok_s"] / row[f"{name}_tok_s"]
+    return row
+
+
+def row_line(row: dict) -> str:
+    """One printed line: whole-call tok/s (prefill included) of each engine with its distance from the decode
+    step's HBM floor, the ratio, the floor."""
+    line = (f"{row['shape']:13s} batch {row['batch']:4d}, prompt {row['prompt_len']} + {row['new_tokens']} new: "
+            f"vLLM {row['vllm_tok_s']:9.0f} tok/s ({row['vllm_x_floor']:.1f}x the floor) | hf_static compiled "
+            f"{row['hf_static_compiled_tok_s']:9.0f} tok/s ({row['hf_static_compiled_x_floor']:.1f}x the floor)")
+    if "generate_tok_s" in row:
+        line += f" | generate {row['generate_tok_s']:8.0f} tok/s ({row['generate_x_floor']:.1f}x the floor)"
+    line += f" | vLLM/hf_static {row['vllm_vs_hf_static']:.2f}x"
+    if "generate_tok_s" in row:
+        line += (f", vLLM/generate {row['vllm_vs_generate']:.1f}x, hf_static/generate "
+                 f"{row['hf_static_vs_generate']:.1f}x")
+    return line + (f" | HBM floor {row['hbm_floor_tok_s']:,.0f} tok/s (decode only, "
+                   f"{row['hbm_bytes_per_step'] / 1e9:.1f} GB a step; every figure here includes the prefill)")
+
+
 def main() -> None:
     p = workload_parser(__doc__)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.35, help="vLLM's share of GPU memory")
@@ -42,6 +77,7 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp/bench_vllm", help="where the random-weight models are written")
     p.add_argument("--out", default=None, help="write the timings as JSON here")
     args = p.parse_args()
+    floor = floors(args.shape, args.batch, args.prompt_len, args.new_tokens)
     results = []
     for shape in args.shape:
         torch._dynamo.reset()  # compiled functions are shared between StaticRollouts: fresh per shape
@@ -74,13 +110,8 @@ def main() -> None:
                 row["generate_tok_s"] = n_new / row["generate_s"]
                 row["vllm_vs_generate"] = row["generate_s"] / row["vllm_s"]
                 row["hf_static_vs_generate"] = row["generate_s"] / row["hf_static_compiled_s"]
-            row["vllm_vs_hf_static"] = row["hf_static_compiled_s"] / row["vllm_s"]
-            results.append(row)
-            print(f"{shape:13s} batch {batch:4d}: vLLM {row['vllm_tok_s']:9.0f} tok/s | hf_static compiled "
-                  f"{row['hf_static_compiled_tok_s']:9.0f} | generate {row.get('generate_tok_s', float('nan')):8.0f}"
-                  f" | vLLM/hf_static {row['vllm_vs_hf_static']:.2f}x, vLLM/generate "
-                  f"{row.get('vllm_vs_generate', float('nan')):.1f}x, hf_static/generate "
-                  f"{row.get('hf_static_vs_generate', float('nan')):.1f}x", flush=True)
+            results.append(add_ratios(row, floor[shape, batch]))
+            print(row_line(row), flush=True)
         static = None
         # sleep/wake memory, then a sync to a different model (seed 1) and the log-prob check
         g = torch.Generator().manual_seed(7)
