@@ -1,8 +1,14 @@
 """Fixtures shared by the test modules."""
-import pytest
-import torch
+import os
 
-from verl.utils.tiny import tiny_tokenizer
+# Triton kernels (rollout.decode_attention=triton) run in Triton's interpreter on these CPU machines; it must
+# be on before anything imports triton, whose own library functions are decorated at import
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from verl.utils.tiny import tiny_tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="session")

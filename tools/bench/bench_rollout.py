@@ -1,18 +1,21 @@
 """Rollout throughput: StaticRollout (static cache + CUDA graphs) against transformers `generate`.
 
 Same random-init model, same prompts, side by side in one run; prints new tokens per second
-for each path and the ratio, then checks that the fast path samples from the same
+for each path and the ratio, the decode step against its HBM floor (weights plus the average KV
+cache read once per step), then checks that the fast path samples from the same
 distribution: its returned log-probs against a teacher-forced forward of the HF model over
 the same tokens, and greedy agreement with the plain loop.
 
     python -m tools.bench.bench_rollout --shape qwen2.5-3b --batch 64 256 --out results.json   # GPU
     python -m tools.bench.bench_rollout --compile ...   # also StaticRollout with rollout.compile=true
+    python -m tools.bench.bench_rollout --compile --attention triton matmul --profile ...  # both decode attentions
     python -m tools.bench.bench_rollout --tiny                                                 # CPU smoke
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 
 import torch
@@ -53,6 +56,23 @@ def build(shape: str, device: str, dtype: torch.dtype) -> Qwen2ForCausalLM:
     return model.eval()
 
 
+HBM_BYTES_PER_S = 4.8e12  # H200 datasheet bandwidth: the floor is a bound, not a measurement
+
+
+def hbm_floor(shape: str, batch: int, prompt_len: int, new_tokens: int) -> dict:
+    """The decode step's memory floor: bf16 weights (tied embeddings once) plus the KV cache of the
+    average context (prompt + half the generation) read once, at HBM_BYTES_PER_S."""
+    hidden, layers, heads, kv, inter = SHAPES[shape]
+    vocab = 512 if shape == "tiny" else 151936
+    head_dim = hidden // heads
+    params = vocab * hidden + layers * (hidden * (heads + 2 * kv) * head_dim + (heads + 2 * kv) * head_dim
+                                        + heads * head_dim * hidden + 3 * hidden * inter + 2 * hidden) + hidden
+    kv_bytes = layers * 2 * kv * head_dim * 2 * batch * (prompt_len + new_tokens / 2)
+    step_bytes = 2 * params + kv_bytes
+    return {"params": params, "bytes_per_step": step_bytes, "floor_step_s": step_bytes / HBM_BYTES_PER_S,
+            "floor_tok_s": batch * HBM_BYTES_PER_S / step_bytes}
+
+
 def workload_parser(doc: str) -> argparse.ArgumentParser:
     """A rollout benchmark's parser with the workload flags: shapes, batch sizes, prompt and generated lengths."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -91,21 +111,34 @@ def teacher_forced_logprobs(model, prompt: list[int], generated: list[int]) -> t
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(generated, device=model.device)[:, None])[:, 0]
 
 
-def profile(fast: StaticRollout, prompts, sp: SamplingParams, device: str, kernels: bool) -> dict:
-    """Where the time of one call goes: prefill, one replayed decode step, and (kernels) the top kernels."""
+def profile(fast: StaticRollout, prompts, sp: SamplingParams, device: str, kernels: bool, floor: dict) -> dict:
+    """Where the time of one call goes: prefill, one replayed decode step at the average context (prompt +
+    half the generation, the floor's), and (kernels) the top kernels."""
+    width, half = len(prompts[0]), sp.max_new_tokens // 2
     with torch.inference_mode():
-        fast._prefill(prompts, len(prompts[0]))  # warm (a compiled prefill compiles here)
-        t_pre = timed(lambda: fast._prefill(prompts, len(prompts[0])), device)
-        step = fast._step_fn(len(prompts), fast.max_model_len - fast.bucket, sp)
+        fast._prefill(prompts, width)  # warm (a compiled prefill compiles here)
+        t_pre = timed(lambda: fast._prefill(prompts, width), device)
+        st = fast._state
+        st["col"].fill_(width + half)  # as if half the tokens were out: both attentions read that much cache
+        st["pos"][:len(prompts)] += half
+        span = math.ceil((width + half + 1) / fast.bucket) * fast.bucket
+        step = fast._step_fn(len(prompts), span, sp)
         t_step = timed(lambda: [step() for _ in range(32)], device) / 32
-    print(f"  prefill {t_pre * 1e3:.1f} ms; decode step {t_step * 1e3:.2f} ms "
-          f"(x{sp.max_new_tokens} = {t_step * sp.max_new_tokens:.2f} s)", flush=True)
+        st["col"].fill_(width + half)
+    out = {"prefill_s": t_pre, "decode_step_s": t_step, "decode_tok_s": len(prompts) / t_step,
+           "decode_x_floor": t_step / floor["floor_step_s"]}
+    print(f"  prefill {t_pre * 1e3:.1f} ms; decode step {t_step * 1e3:.2f} ms at span {span} = "
+          f"{out['decode_tok_s']:,.0f} tok/s, {out['decode_x_floor']:.2f}x the HBM floor "
+          f"({floor['floor_step_s'] * 1e3:.2f} ms, {floor['floor_tok_s']:,.0f} tok/s)", flush=True)
     if kernels:
-        print_top_kernels(fast, prompts, sp, device)
-    return {"prefill_s": t_pre, "decode_step_s": t_step}
+        out["kernel_s"] = print_top_kernels(fast, prompts, sp, device, span)
+        out["launch_gaps_s"] = t_step - out["kernel_s"]
+        print(f"  replayed step {t_step * 1e3:.2f} ms - kernel time {out['kernel_s'] * 1e3:.2f} ms = "
+              f"{out['launch_gaps_s'] * 1e3:.2f} ms between kernels", flush=True)
+    return out
 
 
-def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: str) -> None:
+def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: str, span: int) -> float:
     """The most expensive kernels of one prefill and of one decode step, both launched eagerly.
 
     A replayed CUDA graph hides its kernels from the profiler, so the step runs once outside the
@@ -118,7 +151,6 @@ def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: 
             fast._prefill(prompts, len(prompts[0]))
             sync(device)
         print("prefill kernels:\n" + prof.key_averages().table(sort_by=sort, row_limit=20), flush=True)
-        span = fast.max_model_len - fast.bucket
         fast._decode_step(len(prompts), span, sp)  # warm: compiled kernels exist
         sync(device)
         with torch_profile(activities=acts) as prof:
@@ -129,6 +161,7 @@ def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: 
         print(f"decode step kernels: {n_kernels} launches, "
               f"{sum(e.self_device_time_total for e in events) / 1e3:.2f} ms of kernel time\n"
               + prof.key_averages().table(sort_by=sort, row_limit=25), flush=True)
+    return sum(e.self_device_time_total for e in events) / 1e6
 
 
 def main() -> None:
@@ -138,6 +171,8 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="time prefill and one decode step; top CUDA kernels")
     p.add_argument("--kernels", action="store_true", help="with --profile: top kernels of a prefill and a step")
     p.add_argument("--compile", action="store_true", help="also time StaticRollout(compile=True) (rollout.compile)")
+    p.add_argument("--attention", nargs="+", default=["auto"], choices=["auto", "triton", "matmul"],
+                   help="decode attentions to time (rollout.decode_attention); the first one unsuffixed")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     if args.tiny:
@@ -150,16 +185,21 @@ def main() -> None:
         vocab = model.config.vocab_size
         opts = dict(device=device, max_batch_size=max(args.batch), eos_token_ids=[],
                     max_model_len=args.prompt_len + args.new_tokens + StaticRollout.bucket)
-        fasts = {"static": StaticRollout(model, _Tok(), **opts)}
-        if args.compile:
-            fasts["compiled"] = StaticRollout(model, _Tok(), compile=True, **opts)
+        fasts = {}
+        for i, attention in enumerate(args.attention):
+            tag = "" if i == 0 else f"+{attention}"
+            fasts["static" + tag] = StaticRollout(model, _Tok(), decode_attention=attention, **opts)
+            if args.compile:
+                fasts["compiled" + tag] = StaticRollout(model, _Tok(), compile=True, decode_attention=attention, **opts)
         loop = HFRollout(model, _Tok(), device=device, max_batch_size=max(args.batch), eos_token_ids=[])
         sp = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
         for batch in args.batch:
             g = torch.Generator().manual_seed(batch)
             prompts = torch.randint(1, vocab, (batch, args.prompt_len), generator=g).tolist()
             new_tokens = batch * args.new_tokens
-            row = {"shape": shape, "batch": batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens}
+            floor = hbm_floor(shape, batch, args.prompt_len, args.new_tokens)
+            row = {"shape": shape, "batch": batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+                   "hbm_floor": floor}
             for name, fast in fasts.items():
                 row[f"{name}_first_call_s"] = timed(lambda: fast.generate(prompts, sp), device)  # graphs, compile
                 row[f"{name}_s"] = timed(lambda: fast.generate(prompts, sp), device)
@@ -175,12 +215,14 @@ def main() -> None:
                 line += (f"  {name} {row[f'{name}_tok_s']:9.0f} tok/s x{row[f'{name}_speedup_vs_generate']:.1f}"
                          f" (first call {row[f'{name}_first_call_s']:.1f} s) |")
             results.append(row)
-            print(line, flush=True)
+            print(line + f"  HBM floor {floor['floor_tok_s']:,.0f} tok/s (decode only, "
+                  f"{floor['bytes_per_step'] / 1e9:.1f} GB a step; every figure here includes the prefill)", flush=True)
         if args.profile:
             for i, (name, fast) in enumerate(fasts.items()):
-                print(f"{shape} {name}, batch {len(prompts)}:", flush=True)
+                print(f"{shape} {name} ({fast.decode_attention} attention), batch {len(prompts)}:", flush=True)
                 results.append({"shape": shape, "variant": name, "batch": len(prompts),
-                                **profile(fast, prompts, sp, device, kernels=args.kernels and name != "static")})
+                                **profile(fast, prompts, sp, device, args.kernels and not name.startswith("static"),
+                                          hbm_floor(shape, len(prompts), args.prompt_len, args.new_tokens))})
         # same distribution: returned log-probs vs a teacher-forced forward; greedy vs the plain loop
         g = torch.Generator().manual_seed(1)
         prompts = torch.randint(1, vocab, (8, args.prompt_len), generator=g).tolist()

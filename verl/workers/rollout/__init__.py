@@ -69,7 +69,8 @@ def build_rollout(cfg: Any, model: Any = None, tokenizer: Any = None) -> Rollout
         from .slot_rollout import SlotRollout  # StaticRollout's batch path plus continuous generate_one
         return SlotRollout(model, tokenizer, max_model_len=int(_get(cfg, "max_model_len", 4096)),
                              cuda_graph=bool(_get(cfg, "cuda_graph", True)),
-                             compile=bool(_get(cfg, "compile", False)), **common)
+                             compile=bool(_get(cfg, "compile", False)),
+                             decode_attention=str(_get(cfg, "decode_attention", "auto")), **common)
     if name == "vllm":
         from .vllm_rollout import VLLMRollout
         path = _get(cfg, "model_path")

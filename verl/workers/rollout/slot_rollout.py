@@ -92,6 +92,7 @@ class SlotRollout(StaticRollout):
                 "slots": torch.arange(S, device=dev),
                 "mask_bias": torch.zeros(S, L, dtype=torch.float32, device=dev),
                 "window_bias": torch.zeros(S, L, dtype=torch.float32, device=dev),
+                "past_end": torch.full((1,), L + 1, device=dev),  # the Triton kernel's empty generated range
             }
             self._host_pos = [0] * S
             self._host_active = [False] * S
@@ -186,19 +187,28 @@ class SlotRollout(StaticRollout):
 
     def _slot_decode_step(self, span: int, sampling: SamplingParams) -> None:
         st, L = self._sl, self.max_len
-        cols = st["arange"][:span]
-        allowed = cols[None, :] <= st["pos"][:, None]                          # (slots, span)
-        st["mask_bias"][:, :span] = torch.where(allowed, 0.0, float("-inf"))
-        if self.window is not None:
-            near = st["pos"][:, None] - cols[None, :] < self.window
-            st["window_bias"][:, :span] = torch.where(allowed & near, 0.0, float("-inf"))
+        triton = self.decode_attention == "triton"
+        if triton:  # a slot attends columns [0, pos]: the kernel's prompt range, with no generated range
+            upto = st["pos"] + 1                                                # (slots,)
+        else:
+            cols = st["arange"][:span]
+            allowed = cols[None, :] <= st["pos"][:, None]                      # (slots, span)
+            st["mask_bias"][:, :span] = torch.where(allowed, 0.0, float("-inf"))
+            if self.window is not None:
+                near = st["pos"][:, None] - cols[None, :] < self.window
+                st["window_bias"][:, :span] = torch.where(allowed & near, 0.0, float("-inf"))
         write = torch.where(st["active"] & (st["pos"] < L), st["pos"], L)      # (slots,) cache column
 
         def attend(i, q, k, v):
             kc, vc = st["k"][i], st["v"][i]
             kc[st["slots"], :, write] = k[:, :, 0]
             vc[st["slots"], :, write] = v[:, :, 0]
-            bias = st["window_bias" if self.layer_types[i] == "sliding_attention" else "mask_bias"]
+            sliding = self.layer_types[i] == "sliding_attention"
+            if triton:
+                from .triton_decode_attention import triton_decode_attention
+                return triton_decode_attention(q, kc, vc, upto, st["pos"], st["past_end"], st["past_end"], span,
+                                               self.scaling, self.window if sliding else None)
+            bias = st["window_bias" if sliding else "mask_bias"]
             return self._attn(q, kc[:, :, :span], vc[:, :, :span], bias[:, None, None, :span], self.scaling)
 
         h = self.model.model.embed_tokens(st["tok"][:, None])                  # (slots, 1, hidden)

@@ -24,7 +24,10 @@ which get a second decode mask):
   there, one chunk behind the GPU, which meanwhile decodes the next chunk. Rows that have
   finished keep decoding until the whole batch is done (their extra tokens are dropped);
 - with `compile=True` (rollout.compile) the per-layer functions below are torch.compile'd, which
-  fuses the elementwise work between the matmuls; the graphs then replay the compiled kernels.
+  fuses the elementwise work between the matmuls; the graphs then replay the compiled kernels;
+- the decode attention is one split-K Triton kernel on CUDA (triton_decode_attention: reads only the
+  columns a row attends, no mask tensor, no scores round trip), or batched matmuls over the bucket with
+  a -inf mask (`decode_attention="matmul"`, the CPU path).
 
 On CPU the same step runs eagerly (the tests compare it with HFRollout token for token).
 """
@@ -164,7 +167,7 @@ def gemma_post_attention(h, o, o_w, o_b, eps: float, post_attn_w, pre_ff_w, post
     return h + gemma_norm(F.linear(F.gelu(gate, approximate="tanh") * up, down_w, down_b), post_ff_w, eps)
 
 
-def decode_attention(q, k, v, bias, scaling: float):
+def matmul_decode_attention(q, k, v, bias, scaling: float):
     """One new query per row over the cache. q: (rows, heads, 1, D); k, v: (rows, kv, span, D);
     bias (rows, 1, 1, span) float32: 0 where the row may attend, -inf elsewhere. Grouped query heads
     share their kv head without copying it: (rows, kv, g, D) @ (rows, kv, D, span)."""
@@ -176,6 +179,24 @@ def decode_attention(q, k, v, bias, scaling: float):
     return torch.matmul(probs, v).reshape(rows, heads, 1, D)
 
 
+DECODE_ATTENTION = ("auto", "triton", "matmul")
+
+
+def resolve_decode_attention(choice: str, device: torch.device) -> str:
+    """"auto" is the Triton kernel on CUDA when triton imports, else the matmul path."""
+    if choice not in DECODE_ATTENTION:
+        raise ValueError(f"rollout.decode_attention must be one of {DECODE_ATTENTION}, got {choice!r}")
+    if choice != "auto":
+        return choice
+    if device.type != "cuda":
+        return "matmul"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "matmul"
+    return "triton"
+
+
 class StaticRollout(HFRollout):
     """RolloutBackend with a static KV cache and CUDA-graph decode (eager on CPU)."""
 
@@ -183,7 +204,7 @@ class StaticRollout(HFRollout):
 
     def __init__(self, model, tokenizer, device="cpu", dtype=None, max_batch_size: int = 256,
                  max_model_len: int = 4096, eos_token_ids=None, cuda_graph: bool = True, chunk: int = 16,
-                 prefill_tokens: int = 32768, compile: bool = False):
+                 prefill_tokens: int = 32768, compile: bool = False, decode_attention: str = "auto"):
         cfg = model.config
         if cfg.model_type not in SUPPORTED_TYPES:
             raise ValueError(f"StaticRollout supports model_type {SUPPORTED_TYPES}, got {cfg.model_type!r}; "
@@ -223,11 +244,12 @@ class StaticRollout(HFRollout):
         wrap = torch.compile if compile else (lambda f: f)
         pre, post = (gemma_pre_attention, gemma_post_attention) if self.gemma else (pre_attention, post_attention)
         pre = qk_norm_pre_attention if self.qk_norm else pre
-        self._pre, self._post, self._attn = wrap(pre), wrap(post), wrap(decode_attention)
+        self._pre, self._post, self._attn = wrap(pre), wrap(post), wrap(matmul_decode_attention)
         self._sums = wrap(block_sums)
         # Gemma 3 alternates sliding-window layers (they see the last `window` positions) with full ones
         self.layer_types = list(cfg.layer_types) if self.gemma else ["full_attention"] * cfg.num_hidden_layers
         self.window = cfg.sliding_window if self.gemma else None
+        self.decode_attention = resolve_decode_attention(decode_attention, self.device)
 
     # ---- buffers -----------------------------------------------------------------------
 
@@ -392,20 +414,19 @@ class StaticRollout(HFRollout):
     def _decode_step(self, rows: int, span: int, sampling: SamplingParams) -> None:
         """Feed `tok` at column `col`, attend over columns [0, span), emit the next token."""
         st = self._state
-        cols = st["arange"][:span]
-        # prompt columns of this row, and every generated column up to the current one
-        allowed = st["prompt_ok"][:rows, :span] | ((cols >= st["width"]) & (cols <= st["col"]))  # (rows, span)
-        st["mask_bias"][:rows, :span] = torch.where(allowed, 0.0, float("-inf"))
-        if self.window is not None:  # sliding layers also drop columns `window` or more positions back
-            col_pos = torch.where(cols < st["width"], cols, st["len"][:rows, None] + cols - st["width"])  # (rows, span)
-            near = st["pos"][:rows, None] - col_pos < self.window
-            st["window_bias"][:rows, :span] = torch.where(allowed & near, 0.0, float("-inf"))
+        if self.decode_attention == "matmul":
+            self._decode_masks(rows, span)
 
         def attend(i, q, k, v):
             kc, vc = st["k"][i][:rows], st["v"][i][:rows]
             kc.index_copy_(2, st["col"], k)
             vc.index_copy_(2, st["col"], v)
-            bias = st["window_bias" if self.layer_types[i] == "sliding_attention" else "mask_bias"]
+            sliding = self.layer_types[i] == "sliding_attention"
+            if self.decode_attention == "triton":
+                from .triton_decode_attention import triton_decode_attention
+                return triton_decode_attention(q, kc, vc, st["len"][:rows], st["pos"][:rows], st["width"], st["col"],
+                                               span, self.scaling, self.window if sliding else None)
+            bias = st["window_bias" if sliding else "mask_bias"]
             return self._attn(q, kc[:, :, :span], vc[:, :, :span], bias[:rows, None, None, :span], self.scaling)
 
         h = self.model.model.embed_tokens(st["tok"][:rows, None])         # (rows, 1, hidden)
@@ -413,6 +434,18 @@ class StaticRollout(HFRollout):
         self._emit(self._logits(h[:, -1]), rows, sampling)
         st["pos"][:rows].add_(1)
         st["col"].add_(1)
+
+    def _decode_masks(self, rows: int, span: int) -> None:
+        """The matmul path's -inf biases over columns [0, span): the row's prompt columns and every generated
+        column up to the current one; sliding layers also drop columns `window` or more positions back."""
+        st = self._state
+        cols = st["arange"][:span]
+        allowed = st["prompt_ok"][:rows, :span] | ((cols >= st["width"]) & (cols <= st["col"]))  # (rows, span)
+        st["mask_bias"][:rows, :span] = torch.where(allowed, 0.0, float("-inf"))
+        if self.window is not None:
+            col_pos = torch.where(cols < st["width"], cols, st["len"][:rows, None] + cols - st["width"])  # (rows, span)
+            near = st["pos"][:rows, None] - col_pos < self.window
+            st["window_bias"][:rows, :span] = torch.where(allowed & near, 0.0, float("-inf"))
 
     def _step_fn(self, rows: int, span: int, sampling: SamplingParams):
         """The decode step for this shape: a replayed CUDA graph on GPU, the eager function on CPU."""
