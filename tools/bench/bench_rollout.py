@@ -167,6 +167,7 @@ def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: 
 def main() -> None:
     p = workload_parser(__doc__)
     p.add_argument("--skip-loop", action="store_true", help="do not time the plain HFRollout loop")
+    p.add_argument("--skip-generate", action="store_true", help="do not time transformers generate (slow at long shapes)")
     p.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny shape, small batch")
     p.add_argument("--profile", action="store_true", help="time prefill and one decode step; top CUDA kernels")
     p.add_argument("--kernels", action="store_true", help="with --profile: top kernels of a prefill and a step")
@@ -203,16 +204,17 @@ def main() -> None:
             for name, fast in fasts.items():
                 row[f"{name}_first_call_s"] = timed(lambda: fast.generate(prompts, sp), device)  # graphs, compile
                 row[f"{name}_s"] = timed(lambda: fast.generate(prompts, sp), device)
-            t_ref = timed(lambda: hf_generate(model, prompts, args.new_tokens), device)
+            t_ref = None if args.skip_generate else timed(lambda: hf_generate(model, prompts, args.new_tokens), device)
             t_loop = None if args.skip_loop else timed(lambda: loop.generate(prompts, sp), device)
-            row.update(hf_generate_tok_s=new_tokens / t_ref, hf_loop_tok_s=None if t_loop is None else new_tokens / t_loop)
-            line = f"{shape:13s} batch {batch:4d}: generate {new_tokens / t_ref:9.0f} tok/s |"
+            row.update(hf_generate_tok_s=t_ref and new_tokens / t_ref, hf_loop_tok_s=t_loop and new_tokens / t_loop)
+            line = f"{shape:13s} batch {batch:4d}:" + (f" generate {new_tokens / t_ref:9.0f} tok/s |" if t_ref else "")
             if t_loop is not None:
                 line += f"  plain loop {new_tokens / t_loop:9.0f} tok/s |"
             for name in fasts:
                 row[f"{name}_tok_s"] = new_tokens / row[f"{name}_s"]
-                row[f"{name}_speedup_vs_generate"] = t_ref / row[f"{name}_s"]
-                line += (f"  {name} {row[f'{name}_tok_s']:9.0f} tok/s x{row[f'{name}_speedup_vs_generate']:.1f}"
+                row[f"{name}_speedup_vs_generate"] = t_ref and t_ref / row[f"{name}_s"]
+                vs = f" x{row[f'{name}_speedup_vs_generate']:.1f}" if t_ref else ""
+                line += (f"  {name} {row[f'{name}_tok_s']:9.0f} tok/s{vs}"
                          f" (first call {row[f'{name}_first_call_s']:.1f} s) |")
             results.append(row)
             print(line + f"  HBM floor {floor['floor_tok_s']:,.0f} tok/s (decode only, "
