@@ -31,7 +31,8 @@ def _split_kernel(Q, K, V, LEN, POS, WIDTH, COL, M_OUT, L_OUT, ACC_OUT,
     g, d = tl.arange(0, G_PAD), tl.arange(0, D)
     q = tl.load(Q + r * sq_r + (h * G + g)[:, None] * sq_h + d[None, :], mask=(g < G)[:, None], other=0.0)
     q = (q.to(tl.float32) * scaling).to(K.dtype.element_ty)                       # (G_PAD, D)
-    kbase, vbase = K + r * sk_r + h * sk_h, V + r * sv_r + h * sv_h
+    r64 = r.to(tl.int64)  # a cache of rows x kv x columns x D can pass 2^31 elements
+    kbase, vbase = K + r64 * sk_r + h * sk_h, V + r64 * sv_r + h * sv_h
     m = tl.full([G_PAD], -1.0e30, tl.float32)
     l = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, D], tl.float32)
