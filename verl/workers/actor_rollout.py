@@ -59,7 +59,7 @@ class ActorRolloutWorker(ActorWorker):
     def sync_rollout(self) -> None:
         """Copy the actor's current weights into the rollout engine (no-op when fresh) and wake it."""
         if self._stale:
-            self.rollout.update_weights(self.get_full_state_dict())  # vllm: wakes weights, loads, wakes KV
+            self.rollout.update_weights(self.rollout_weights())  # vllm: wakes weights, loads, wakes KV
             self._stale = False
         if getattr(self.rollout, "asleep", False):
             self.rollout.wake()

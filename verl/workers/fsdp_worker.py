@@ -243,6 +243,14 @@ class FSDPWorker(Worker):
         extra = fsdp.load_checkpoint(path, self.model, self.optimizer, adapter_only=self.lora is not None)
         self.scheduler.load_state_dict(extra["scheduler"])
 
+    def rollout_weights(self):
+        """What a rollout engine loads, without a copy: the model's own tensors on its device (a DTensor is
+        gathered by the engine, one at a time); with LoRA, the merged base weights (get_full_state_dict).
+        A CPU round trip of every weight cost 12-13 s a step at 3B on an H200 (docs/results/h200)."""
+        if self.lora is not None:
+            return self.get_full_state_dict()
+        return self.model.state_dict()
+
     @register("all")
     def get_full_state_dict(self) -> dict[str, torch.Tensor]:
         """Unsharded CPU weights on every rank (to sync a rollout engine); LoRA adapters merged in,

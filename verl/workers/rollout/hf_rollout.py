@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from .base import GenOutput, SamplingParams, clean_state_dict_items, validate_prompts
+from .base import GenOutput, SamplingParams, clean_param_name, clean_state_dict_items, validate_prompts
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -175,17 +175,19 @@ class HFRollout:
             self._weights_ready.record()
 
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Copy new weights into the model; every parameter must be given and no unknown name."""
-        new = dict(clean_state_dict_items(state_dict))
+        """Copy new weights into the model, one tensor at a time (each gathered and cast on its way in, so a
+        sharded GPU state dict never sits whole anywhere); every parameter must be given, no unknown name."""
+        names = {clean_param_name(n) for n in state_dict.keys()}
         # named_parameters drops tied duplicates (lm_head tied to embed_tokens): those may be absent
         required = {n for n, _ in self.model.named_parameters()}
-        allowed = set(self.model.state_dict().keys())
-        missing = sorted(required - new.keys())
-        unexpected = sorted(new.keys() - allowed)
-        if missing or unexpected:
+        targets = self.model.state_dict(keep_vars=True)
+        missing, unexpected = sorted(required - names), sorted(names - targets.keys())
+        if missing or unexpected:  # checked on the names, before any weight changes
             raise KeyError(f"HFRollout.update_weights: state_dict does not match the model: "
                            f"missing {len(missing)} {missing[:8]}, unexpected {len(unexpected)} {unexpected[:8]}")
-        self.model.load_state_dict(new, strict=False)
+        with torch.no_grad():
+            for name, tensor in clean_state_dict_items(state_dict):
+                targets[name].copy_(tensor)  # in place: StaticRollout's fused q|k|v views stay current
         self._mark_weights_ready()
 
     def sleep(self) -> None:
