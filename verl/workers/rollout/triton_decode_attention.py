@@ -1,10 +1,11 @@
 """Decode attention as one split-K Triton kernel over StaticRollout's cache ("flash decoding").
 
-The matmul path (static_rollout.decode_attention) reads every cache column of the bucket, padding and
+The matmul path (static_rollout.matmul_decode_attention) reads every cache column of the bucket, padding and
 future columns included, writes the (rows, heads, span) scores, softmaxes them in a second kernel and
 multiplies in a third, with a -inf bias built per step. Here one program per (row, kv head, split of the
-span) reads only the columns the row may attend, [0, prompt length) and [width, col], once for all the
-query heads that share that kv head, with an online softmax; a second small kernel merges the splits.
+span) loads only the columns the row may attend, [0, prompt length) and [width, col] (masked loads: the
+padding and the columns not yet written cost no memory traffic), once for all the query heads that share
+that kv head, with an online softmax; a second small kernel merges the splits.
 The row's prompt length, the batch's prompt width and the current column are read from device memory,
 so a captured CUDA graph replays it as the cache fills.
 """
