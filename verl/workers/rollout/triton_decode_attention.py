@@ -73,22 +73,24 @@ def _merge_kernel(M_IN, L_IN, ACC_IN, O, n_split, S_PAD: tl.constexpr, D: tl.con
     tl.store(O + rh * D + d, o.to(O.dtype.element_ty))
 
 
-def splits_for(rows: int, kv: int, span: int) -> tuple[int, int]:
-    """(columns per split, number of splits) for a (rows, kv heads, span) step: ~TARGET_PROGRAMS programs."""
-    want = max(1, min(math.ceil(span / BLOCK_N), math.ceil(TARGET_PROGRAMS / (rows * kv))))
-    split = math.ceil(span / want / BLOCK_N) * BLOCK_N
+def splits_for(rows: int, kv: int, span: int, block: int = BLOCK_N, target: int = TARGET_PROGRAMS) -> tuple[int, int]:
+    """(columns per split, number of splits) for a (rows, kv heads, span) step: about `target` programs."""
+    want = max(1, min(math.ceil(span / block), math.ceil(target / (rows * kv))))
+    split = math.ceil(span / want / block) * block
     return split, math.ceil(span / split)
 
 
 def triton_decode_attention(q, k_cache, v_cache, lengths, pos, width, col, span: int, scaling: float,
-                            window: int | None = None) -> torch.Tensor:
+                            window: int | None = None, block: int = BLOCK_N, target: int = TARGET_PROGRAMS,
+                            num_warps: int = 4) -> torch.Tensor:
     """One new query per row over the cache: q (rows, heads, 1, D); k_cache, v_cache (rows, kv, max_len, D);
-    lengths, pos (rows,) prompt lengths and query positions; width, col (1,) on the device. -> (rows, heads, 1, D)."""
+    lengths, pos (rows,) prompt lengths and query positions; width, col (1,) on the device. -> (rows, heads, 1, D).
+    block, target and num_warps tune the split kernel (tools/bench/bench_decode_attention.py)."""
     rows, heads, _, D = q.shape
     kv = k_cache.shape[1]
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or q.stride(-1) != 1:
         raise ValueError("triton_decode_attention: the head dimension must be contiguous")
-    split, n_split = splits_for(rows, kv, span)
+    split, n_split = splits_for(rows, kv, span, block, target)
     m = torch.empty((rows, heads, n_split), dtype=torch.float32, device=q.device)
     l = torch.empty_like(m)
     acc = torch.empty((rows, heads, n_split, D), dtype=torch.float32, device=q.device)
@@ -98,7 +100,8 @@ def triton_decode_attention(q, k_cache, v_cache, lengths, pos, width, col, span:
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         scaling, window or 0, SPLIT=split,
-        G=G, G_PAD=max(16, triton.next_power_of_2(G)), D=D, BLOCK=BLOCK_N, SLIDING=window is not None)
+        G=G, G_PAD=max(16, triton.next_power_of_2(G)), D=D, BLOCK=block, SLIDING=window is not None,
+        num_warps=num_warps)
     out = torch.empty((rows, heads, 1, D), dtype=q.dtype, device=q.device)
     _merge_kernel[(rows * heads,)](m, l, acc, out, n_split, S_PAD=max(2, triton.next_power_of_2(n_split)), D=D)
     return out

@@ -1,0 +1,76 @@
+"""The decode attention alone: the Triton split-K kernel at several tile settings against the masked
+matmul path, at a shape's batch and context, as KV bytes read per second.
+
+    python -m tools.bench.bench_decode_attention --shape qwen2.5-3b --batch 128 --context 1280   # GPU
+
+Every row attends its whole context (prompt = context - 1, one generated column); the KV bytes count
+what the kernel must read (rows x kv heads x context x head dim x 2 tensors x 2 bytes) per layer.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+
+import torch
+
+from tools.bench.bench_rollout import SHAPES
+from verl.workers.rollout.static_rollout import matmul_decode_attention
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES))
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--context", type=int, default=1280, help="cache columns each row attends")
+    p.add_argument("--blocks", type=int, nargs="+", default=[32, 64, 128])
+    p.add_argument("--targets", type=int, nargs="+", default=[512, 1024, 2048, 4096])
+    p.add_argument("--warps", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    import triton.testing
+    from verl.workers.rollout.triton_decode_attention import triton_decode_attention
+    dev, dt = "cuda", torch.bfloat16
+    results = []
+    for shape in args.shape:
+        hidden, _, heads, kv, _ = SHAPES[shape]
+        D, rows, ctx = hidden // heads, args.batch, args.context
+        span = math.ceil((ctx + 1) / 128) * 128
+        q = torch.randn(rows, heads, 1, D, device=dev, dtype=dt)
+        kc, vc = (torch.randn(rows, kv, span + 128, D, device=dev, dtype=dt) for _ in range(2))
+        lengths = torch.full((rows,), ctx - 1, device=dev)
+        pos, width, col = lengths.clone(), torch.tensor([ctx - 1], device=dev), torch.tensor([ctx - 1], device=dev)
+        kv_bytes = rows * kv * ctx * D * 2 * 2
+        bias = torch.zeros(rows, 1, 1, span, device=dev)
+        bias[..., ctx:] = float("-inf")
+        ms = triton.testing.do_bench(lambda: matmul_decode_attention(q, kc[:, :, :span], vc[:, :, :span], bias, D ** -0.5))
+        ref = matmul_decode_attention(q, kc[:, :, :span], vc[:, :, :span], bias, D ** -0.5)
+        row = {"shape": shape, "rows": rows, "context": ctx, "kv_mb": kv_bytes / 1e6, "matmul_us": ms * 1e3}
+        print(f"{shape}: KV {kv_bytes / 1e6:.0f} MB a layer; matmul path {ms * 1e3:.1f} us "
+              f"({kv_bytes / ms / 1e9:.2f} TB/s)", flush=True)
+        best = None
+        for block, target, warps in itertools.product(args.blocks, args.targets, args.warps):
+            fn = lambda: triton_decode_attention(q, kc, vc, lengths, pos, width, col, span, D ** -0.5,  # noqa: E731
+                                                 block=block, target=target, num_warps=warps)
+            try:
+                err = (fn().float() - ref.float()).abs().max().item()
+                t = triton.testing.do_bench(fn)
+            except Exception as e:  # a tile that does not fit (shared memory) is a data point too
+                print(f"  block {block} target {target} warps {warps}: {type(e).__name__}", flush=True)
+                continue
+            row[f"triton_b{block}_t{target}_w{warps}_us"] = t * 1e3
+            print(f"  block {block:3d} target {target:4d} warps {warps}: {t * 1e3:6.1f} us "
+                  f"({kv_bytes / t / 1e9:.2f} TB/s), max |diff| {err:.3g}", flush=True)
+            best = min(best or (t, block, target, warps), (t, block, target, warps))
+        if best:
+            print(f"  best: block {best[1]} target {best[2]} warps {best[3]}: {best[0] * 1e3:.1f} us, "
+                  f"{ms / best[0]:.2f}x the matmul path", flush=True)
+        results.append(row)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
