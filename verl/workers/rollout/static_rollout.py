@@ -183,7 +183,7 @@ DECODE_ATTENTION = ("auto", "triton", "matmul")
 
 
 def resolve_decode_attention(choice: str, device: torch.device) -> str:
-    """"auto" is the Triton kernel on CUDA when triton imports, else the matmul path."""
+    """The decode attention to use: "auto" is the Triton kernel on CUDA when triton imports, else the matmul path."""
     if choice not in DECODE_ATTENTION:
         raise ValueError(f"rollout.decode_attention must be one of {DECODE_ATTENTION}, got {choice!r}")
     if choice != "auto":
