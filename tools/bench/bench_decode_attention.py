@@ -21,13 +21,15 @@ from verl.workers.rollout.static_rollout import matmul_decode_attention
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES))
-    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"], choices=list(SHAPES),
+                   help="model shapes (heads, kv heads, head dim)")
+    p.add_argument("--batch", type=int, default=128, help="rows decoded together")
     p.add_argument("--context", type=int, default=1280, help="cache columns each row attends")
-    p.add_argument("--blocks", type=int, nargs="+", default=[32, 64, 128])
-    p.add_argument("--targets", type=int, nargs="+", default=[512, 1024, 2048, 4096])
-    p.add_argument("--warps", type=int, nargs="+", default=[2, 4, 8])
-    p.add_argument("--out", default=None)
+    p.add_argument("--blocks", type=int, nargs="+", default=[32, 64, 128], help="cache columns per inner step")
+    p.add_argument("--targets", type=int, nargs="+", default=[512, 1024, 2048, 4096],
+                   help="programs the span is split into, about")
+    p.add_argument("--warps", type=int, nargs="+", default=[2, 4, 8], help="warps per program")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     import triton.testing
     from verl.workers.rollout.triton_decode_attention import triton_decode_attention

@@ -20,7 +20,7 @@ from verl.workers.rollout.hf_rollout import HFRollout
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="qwen2.5-3b", choices=list(SHAPES))
+    p.add_argument("--shape", default="qwen2.5-3b", choices=list(SHAPES), help="model shape to sync")
     p.add_argument("--tiny", action="store_true", help="CPU smoke run")
     p.add_argument("--repeats", type=int, default=3, help="timed syncs per path (the best is reported)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
