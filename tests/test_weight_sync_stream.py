@@ -2,7 +2,7 @@
 one at a time, and checks the names before it changes a weight.
 
 At 3B on an H200 the old path (every weight copied to CPU, then loaded back) took 12-13 s a step
-(docs/results/h200/pipeline_3b); the GPU figure after the change is not measured here."""
+(docs/results/h200/decode_s5, section 4); the GPU figure after the change is not measured here."""
 from collections.abc import Mapping
 
 import pytest

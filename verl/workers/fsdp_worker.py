@@ -246,7 +246,7 @@ class FSDPWorker(Worker):
     def rollout_weights(self):
         """What a rollout engine loads, without a copy: the model's own tensors on its device (a DTensor is
         gathered by the engine, one at a time); with LoRA, the merged base weights (get_full_state_dict).
-        A CPU round trip of every weight cost 12-13 s a step at 3B on an H200 (docs/results/h200)."""
+        A CPU round trip of every weight cost 12-13 s a step at 3B on an H200 (docs/results/h200/decode_s5)."""
         if self.lora is not None:
             return self.get_full_state_dict()
         return self.model.state_dict()
