@@ -55,14 +55,14 @@ class _Watched(Mapping):
         self.state, self.model, self.copied_before = state, model, []
 
     def __getitem__(self, k):
+        names = list(self.state)
+        live = dict(self.model.named_parameters())
+        earlier = names[:names.index(k)]
+        self.copied_before.append(sum(torch.equal(live[n], self.state[n]) for n in earlier if n in live))
         return self.state[k]
 
     def __iter__(self):
-        names = list(self.state)
-        for i, _ in enumerate(names):
-            live = dict(self.model.named_parameters())
-            self.copied_before.append(sum(torch.equal(live[n], self.state[n]) for n in names[:i] if n in live))
-            yield names[i]
+        return iter(self.state)
 
     def __len__(self):
         return len(self.state)
@@ -91,7 +91,13 @@ def test_a_bad_name_changes_no_weight(tok):
         engine.update_weights(new)
     for n, p in engine.model.named_parameters():
         assert torch.equal(p.detach(), before[n]), f"{n} changed before the names were checked"
-    del new["model.layers.0.mlp.typo.weight"], new["model.norm.weight"]
+    del new["model.layers.0.mlp.typo.weight"]
+    new["_orig_mod.model.norm.weight"] = new["model.norm.weight"]  # two keys for one weight
+    with pytest.raises(ValueError, match="both map to"):
+        engine.update_weights(new)
+    for n, p in engine.model.named_parameters():
+        assert torch.equal(p.detach(), before[n]), f"{n} changed before the clash was found"
+    del new["_orig_mod.model.norm.weight"], new["model.norm.weight"]
     with pytest.raises(KeyError, match="missing 1"):
         engine.update_weights(new)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Optional, Protocol, runtime_checkable
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Protocol, runtime_checkable
 
 import torch
 
@@ -208,12 +208,19 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.detach()
 
 
-def clean_state_dict_items(state_dict: Mapping[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (clean name, plain tensor) pairs, one at a time so a big model is never copied whole."""
+def clean_names(names: Iterable[str]) -> dict[str, str]:
+    """{clean name: state_dict key}; two keys that clean to one name are an error."""
     seen: dict[str, str] = {}
-    for name, tensor in state_dict.items():
+    for name in names:
         clean = clean_param_name(name)
         if clean in seen:
             raise ValueError(f"state_dict keys {seen[clean]!r} and {name!r} both map to {clean!r}")
         seen[clean] = name
-        yield clean, full_tensor(tensor)
+    return seen
+
+
+def clean_state_dict_items(state_dict: Mapping[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (clean name, plain tensor) pairs, one at a time so a big model is never copied whole; the names
+    are checked first, so a clash raises before any tensor is gathered."""
+    for clean, name in clean_names(state_dict.keys()).items():
+        yield clean, full_tensor(state_dict[name])

@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from .base import GenOutput, SamplingParams, clean_param_name, clean_state_dict_items, validate_prompts
+from .base import GenOutput, SamplingParams, clean_names, full_tensor, validate_prompts
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -177,17 +177,17 @@ class HFRollout:
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Copy new weights into the model, one tensor at a time (each gathered and cast on its way in, so a
         sharded GPU state dict never sits whole anywhere); every parameter must be given, no unknown name."""
-        names = {clean_param_name(n) for n in state_dict.keys()}
+        names = clean_names(state_dict.keys())  # a clash of two keys raises here too
         # named_parameters drops tied duplicates (lm_head tied to embed_tokens): those may be absent
         required = {n for n, _ in self.model.named_parameters()}
         targets = self.model.state_dict(keep_vars=True)
-        missing, unexpected = sorted(required - names), sorted(names - targets.keys())
+        missing, unexpected = sorted(required - names.keys()), sorted(names.keys() - targets.keys())
         if missing or unexpected:  # checked on the names, before any weight changes
             raise KeyError(f"HFRollout.update_weights: state_dict does not match the model: "
                            f"missing {len(missing)} {missing[:8]}, unexpected {len(unexpected)} {unexpected[:8]}")
         with torch.no_grad():
-            for name, tensor in clean_state_dict_items(state_dict):
-                targets[name].copy_(tensor)  # in place: StaticRollout's fused q|k|v views stay current
+            for name, key in names.items():  # in place: StaticRollout's fused q|k|v views stay current
+                targets[name].copy_(full_tensor(state_dict[key]))
         self._mark_weights_ready()
 
     def sleep(self) -> None:

@@ -187,7 +187,7 @@ class SlotRollout(StaticRollout):
 
     def _slot_decode_step(self, span: int, sampling: SamplingParams) -> None:
         st, L = self._sl, self.max_len
-        triton = self.decode_attention == "triton"
+        triton = self._triton_attn is not None
         if triton:  # a slot attends columns [0, pos]: the kernel's prompt range, with no generated range
             upto = st["pos"] + 1                                                # (slots,)
         else:
@@ -205,9 +205,8 @@ class SlotRollout(StaticRollout):
             vc[st["slots"], :, write] = v[:, :, 0]
             sliding = self.layer_types[i] == "sliding_attention"
             if triton:
-                from .triton_decode_attention import triton_decode_attention
-                return triton_decode_attention(q, kc, vc, upto, st["pos"], st["past_end"], st["past_end"], span,
-                                               self.scaling, self.window if sliding else None)
+                return self._triton_attn(q, kc, vc, upto, st["pos"], st["past_end"], st["past_end"], span,
+                                         self.scaling, self.window if sliding else None)
             bias = st["window_bias" if sliding else "mask_bias"]
             return self._attn(q, kc[:, :, :span], vc[:, :, :span], bias[:, None, None, :span], self.scaling)
 

@@ -250,6 +250,10 @@ class StaticRollout(HFRollout):
         self.layer_types = list(cfg.layer_types) if self.gemma else ["full_attention"] * cfg.num_hidden_layers
         self.window = cfg.sliding_window if self.gemma else None
         self.decode_attention = resolve_decode_attention(decode_attention, self.device)
+        self._triton_attn = None
+        if self.decode_attention == "triton":  # triton is imported only where the kernel is used
+            from .triton_decode_attention import triton_decode_attention
+            self._triton_attn = triton_decode_attention
 
     # ---- buffers -----------------------------------------------------------------------
 
@@ -414,7 +418,7 @@ class StaticRollout(HFRollout):
     def _decode_step(self, rows: int, span: int, sampling: SamplingParams) -> None:
         """Feed `tok` at column `col`, attend over columns [0, span), emit the next token."""
         st = self._state
-        if self.decode_attention == "matmul":
+        if self._triton_attn is None:
             self._decode_masks(rows, span)
 
         def attend(i, q, k, v):
@@ -422,10 +426,9 @@ class StaticRollout(HFRollout):
             kc.index_copy_(2, st["col"], k)
             vc.index_copy_(2, st["col"], v)
             sliding = self.layer_types[i] == "sliding_attention"
-            if self.decode_attention == "triton":
-                from .triton_decode_attention import triton_decode_attention
-                return triton_decode_attention(q, kc, vc, st["len"][:rows], st["pos"][:rows], st["width"], st["col"],
-                                               span, self.scaling, self.window if sliding else None)
+            if self._triton_attn is not None:
+                return self._triton_attn(q, kc, vc, st["len"][:rows], st["pos"][:rows], st["width"], st["col"], span,
+                                         self.scaling, self.window if sliding else None)
             bias = st["window_bias" if sliding else "mask_bias"]
             return self._attn(q, kc[:, :, :span], vc[:, :, :span], bias[:rows, None, None, :span], self.scaling)
 
