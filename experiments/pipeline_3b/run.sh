@@ -148,7 +148,7 @@ stage "summary"
 runs=$(for r in sync continuous stream; do
   case " $SCHEDULES " in *" $r "*) echo "$r" ;; *) [ -f "$OUT/$r/metrics.jsonl" ] && echo "$r" ;; esac
 done)  # this call's runs and those an earlier call left in OUT
-$PY -m experiments.pipeline_3b.summarize "$OUT" --runs $runs --skip "$SKIP"
+$PY -m experiments.pipeline_3b.summarize "$OUT" --runs $runs --skip "$SKIP" --steps "$STEPS"
 rc=$?
 stage "done"
 exit $rc

@@ -2,12 +2,13 @@
 step's mean time split, from the runs' metrics JSONL (the trainer's batch/* and timing/* keys), as OUT/summary.md
 and OUT/summary.json.
 
-    python -m experiments.pipeline_3b.summarize OUT [--runs sync stream] [--skip 2] [--gpus 1]
+    python -m experiments.pipeline_3b.summarize OUT [--runs sync stream] [--skip 2] [--steps 6] [--gpus 1]
 
 Tokens counted: every real token of the batch each step trained on (batch/tokens: its attention mask's sum, so
 prompt tokens, the policy's generated tokens and the pool's <information> tokens, no padding; episodes a streaming
 run dropped are not in it), over that step's wall time (timing/step: rollout, weight copy and update), averaged
-over the steps after the first --skip (warm-up and compilation).
+over the steps after the first --skip (warm-up and compilation) up to --steps (run.sh polls the log and stops a
+run at STEPS rows; a step that finishes while the stop is on its way is logged but not counted).
 """
 from __future__ import annotations
 
@@ -63,9 +64,9 @@ def read_steps(path: Path) -> list[dict]:
     return rows
 
 
-def summarize_run(rows: list[dict], skip: int, gpus: int, where: str) -> dict:
-    """Tokens/s/GPU and the mean time split (seconds) over the steps after the first `skip`."""
-    counted = rows[skip:]
+def summarize_run(rows: list[dict], skip: int, gpus: int, where: str, steps: int | None = None) -> dict:
+    """Tokens/s/GPU and the mean time split (seconds) over rows skip+1 .. steps (all when steps is None)."""
+    counted = rows[skip:steps]
     if not counted:
         raise MetricsError(f"{where}: {len(rows)} training steps; the summary skips the first {skip}, none is left")
     mean = lambda f: statistics.fmean(f(r) for r in counted)  # noqa: E731
@@ -95,13 +96,13 @@ def summarize_run(rows: list[dict], skip: int, gpus: int, where: str) -> dict:
     return out
 
 
-def summarize(root: Path, runs: list[str], skip: int, gpus: int) -> dict:
+def summarize(root: Path, runs: list[str], skip: int, gpus: int, steps: int | None = None) -> dict:
     """Every run that can be summarised; the others' errors (each naming its file) under "errors"."""
-    out = {"skip": skip, "gpus": gpus, "runs": {}, "errors": {}}
+    out = {"skip": skip, "max_steps": steps, "gpus": gpus, "runs": {}, "errors": {}}
     for name in runs:
         path = root / name / "metrics.jsonl"
         try:
-            out["runs"][name] = summarize_run(read_steps(path), skip, gpus, str(path))
+            out["runs"][name] = summarize_run(read_steps(path), skip, gpus, str(path), steps)
         except MetricsError as e:
             out["errors"][name] = str(e)
             continue
@@ -154,11 +155,13 @@ def main(argv=None) -> int:
     p.add_argument("dir", type=Path, help="run.sh's OUT: <run>/metrics.jsonl per run")
     p.add_argument("--runs", nargs="+", default=["sync", "stream"], help="the runs (sub-folders) to summarise")
     p.add_argument("--skip", type=int, default=2, help="leading steps left out (warm-up, compilation)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="count steps up to this one at most (run.sh's STEPS; a later logged step is left out)")
     p.add_argument("--gpus", type=int, default=1, help="GPUs the runs used")
     args = p.parse_args(argv)
-    if args.skip < 0 or args.gpus < 1:
-        p.error("--skip must be >= 0 and --gpus >= 1")
-    summary = summarize(args.dir, args.runs, args.skip, args.gpus)
+    if args.skip < 0 or args.gpus < 1 or (args.steps is not None and args.steps <= args.skip):
+        p.error("--skip must be >= 0, --steps > --skip and --gpus >= 1")
+    summary = summarize(args.dir, args.runs, args.skip, args.gpus, args.steps)
     if summary["runs"]:
         table = markdown(summary)
         (args.dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
