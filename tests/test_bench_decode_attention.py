@@ -1,0 +1,31 @@
+"""tools/bench/bench_decode_attention.py's CPU smoke mode (--tiny): the whole sweep in Triton's interpreter,
+so a GPU call does not die on a typo; a tile that computes something else is reported, never the best."""
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from tools.bench import bench_decode_attention  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+ARGS = ["--tiny", "--shape", "qwen2.5-3b", "--blocks", "32", "64", "--targets", "512", "--warps", "4"]
+
+
+def test_tiny_sweep_times_every_tile_and_agrees_with_the_matmul_path(tmp_path, capsys):
+    bench_decode_attention.main(ARGS + ["--out", str(tmp_path / "r.json")])
+    (row,) = json.loads((tmp_path / "r.json").read_text())
+    assert (row["shape"], row["rows"], row["context"]) == ("qwen2.5-3b", 2, 200)
+    for block in (32, 64):
+        assert row[f"triton_b{block}_t512_w4_us"] > 0
+        assert row[f"triton_b{block}_t512_w4_maxdiff"] < 1e-4
+    assert "best: block" in capsys.readouterr().out
+
+
+def test_a_wrong_tile_is_flagged_and_never_the_best(monkeypatch, capsys):
+    kernel = pytest.importorskip("verl.workers.rollout.triton_decode_attention")
+    monkeypatch.setattr(kernel, "triton_decode_attention", lambda q, *a, **k: torch.zeros_like(q))
+    bench_decode_attention.main(ARGS)
+    out = capsys.readouterr().out
+    assert out.count("MISMATCH") == 2 and "best:" not in out
