@@ -187,3 +187,34 @@ def test_bench_gil_convoy_prints_one_line_per_switch_interval():
     lines = re.findall(r"^switch interval ([\d.]+) ms: 200 small ops alone [\d.]+ s, "
                        r"beside a Python thread [\d.]+ s \([\d.]+x slower\)$", out, re.M)
     assert lines == ["1.0", "0.5"]
+
+
+def test_routing_vs_accuracy_reads_each_hops_domain_and_scores_the_routing(tmp_path):
+    """One run sends every hop to its domain's best listed model, one sends all to Mixtral-8x22B: the shares, the
+    share to the best model and the expected hop accuracy follow the pool's accuracy table."""
+    from tools.analysis.routing_vs_accuracy import best_model, pool_table
+    names, acc, price = pool_table(ROOT / "configs/pool/sim.yaml")
+    assert "Palmyra-Creative-122B" not in names and len(names) == 6  # unseen models are not in the listing
+    qs = SimWorld(seed=0).questions(40, seed=1, split="test", two_hop_frac=0.5)
+    recs, domains = [], []
+    for q in qs:
+        common = {"uid": q.uid, "question": q.question, "golds": q.answers, "data_source": "sim", "format_ok": True,
+                  "em": 1.0}
+        best = [{"action": "route", "ok": True, "model": best_model(acc[h.domain], price, names),
+                 "query": h.sub_question, "information": f"{h.answer}."} for h in q.hops]
+        mixtral = [dict(t, model="Mixtral-8x22B-Instruct") for t in best]
+        recs += [{**common, "run": "best", "turns": best}, {**common, "run": "mixtral", "turns": mixtral}]
+        domains += [h.domain for h in q.hops]
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    script("tools.analysis.routing_vs_accuracy", path, "--pool", ROOT / "configs/pool/sim.yaml",
+           "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png")
+    runs = json.loads((tmp_path / "r.json").read_text())
+    assert runs["best"]["hops"] == runs["mixtral"]["hops"] == len(domains)
+    assert runs["best"]["share_to_best"] == 1.0 and runs["mixtral"]["share_to_best"] == 0.0
+    assert abs(runs["best"]["expected_hop_accuracy"] - 0.95) < 1e-9
+    assert abs(runs["mixtral"]["expected_hop_accuracy"] - 0.92) < 1e-9
+    d = domains[0]
+    assert runs["best"]["shares"][d][best_model(acc[d], price, names)] == 1.0
+    assert runs["mixtral"]["shares"][d]["Mixtral-8x22B-Instruct"] == 1.0
+    assert (tmp_path / "r.png").stat().st_size > 10_000
