@@ -52,6 +52,7 @@ from router_r1.episodes.episode import Episode, TurnRules
 from router_r1.episodes.logprob_track import LogprobTrack
 from router_r1.routing_collapse import collapse_metrics
 from router_r1.stages import stage_metrics, trajectory_stages
+from router_r1.token_parts import PART_NAMES, response_parts
 from verl.trainer.config import section_to_dataclass
 from verl.trainer.env_interface import GenerateFn, RolloutResult
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
@@ -63,6 +64,7 @@ class RouterEnv:
     """The routing environment behind the engine's Env interface."""
 
     check_row = staticmethod(check_router_row)  # PromptDataset's row_check: every row, at load time
+    part_names = PART_NAMES  # what info["token_part"]'s ids 1.. name (the trainer's part/* metrics)
 
     def __init__(self, cfg: "RouterEnvConfig", tokenizer, registry: ModelRegistry, client: PoolClient,
                  health: PoolHealth | None = None, template: str | None = None, truth: Truth | None = None):
@@ -298,7 +300,8 @@ class RouterEnv:
                   "pool_latency_s": [e.pool_latency_s for e in episodes],
                   "pool_failures": [e.pool_failures for e in episodes],
                   "forced": [e.forced for e in episodes],
-                  "turn_budget": [self.cfg.max_turns if e.max_turns is None else e.max_turns for e in episodes]},
+                  "turn_budget": [self.cfg.max_turns if e.max_turns is None else e.max_turns for e in episodes],
+                  "token_part": [response_parts(self.tok, e.response_ids) for e in episodes]},
         )
         if track is not None:
             result.info["rollout_log_probs"] = [track.aligned(e) for e in episodes]

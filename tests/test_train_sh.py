@@ -34,7 +34,7 @@ def test_shortened_embedded_default(tmp_path):
     assert sorted(rows) == [0, 1, 2]
     for step in (1, 2):
         for key in ("reward/mean", "em/mean", "cost_usd/mean", "route_count/mean", "actor/pg_loss",
-                    "critic/vf_loss", "format_ok/mean"):
+                    "critic/vf_loss", "format_ok/mean", "part/think/adv", "part/think/value"):
             assert math.isfinite(rows[step][key]), (step, key)
     assert (tmp_path / "ppo" / "curves.png").stat().st_size > 0
 

@@ -34,6 +34,7 @@ from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
 from verl.trainer.config import save_run_config
 from verl.trainer.curves import decoding_labels, plot_curves
+from verl.trainer.part_metrics import object_column, part_metrics, part_tensor
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env_interface import Env, RolloutResult, pick_episodes
 from verl.trainer.rollout_schedule import make_schedule
@@ -263,6 +264,8 @@ class PPOTrainer:
                 rollout_lp[i, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
             tensors["rollout_log_probs"] = rollout_lp
         non_tensor = {"uid": np.array([r.uid for r in rows], dtype=object)}
+        if "token_part" in result.info:  # the env's labels of its response tokens (part_metrics)
+            non_tensor["token_part"] = object_column(result.info["token_part"])
         if key := self.cfg.algorithm.get("whiten_by"):  # the advantage whitening's groups, one per value
             if key not in result.info:
                 raise ValueError(f"algorithm.whiten_by={key!r}: the env's rollout info has no such field (it has: "
@@ -449,6 +452,11 @@ class PPOTrainer:
         metrics["batch/episodes"] = float(len(batch))  # episodes this update trained on (samples per step)
         metrics["response_length/mean"] = float(batch.batch["response_mask"].sum(-1).float().mean())
         metrics["adv/mean"] = float(masked_mean(batch.batch["advantages"], mask))
+        names = getattr(self.env, "part_names", None)
+        if names and "token_part" in batch.non_tensor:
+            parts = part_tensor(batch.non_tensor["token_part"], tuple(mask.shape))
+            metrics.update(part_metrics(parts, names, mask, batch.batch["advantages"], batch.batch["old_log_probs"],
+                                        batch.batch.get("values"), batch.batch["scores"]))
         # real (unpadded) tokens of the trained batch: prompts, policy and <information> tokens (NeMo-RL's unit)
         attention = batch.batch["attention_mask"]  # (batch, prompt_len + response_len)
         metrics["batch/tokens"] = float(attention.sum())

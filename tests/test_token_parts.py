@@ -1,0 +1,73 @@
+"""Per-part metrics: the protocol's labels of each response token (router_r1/token_parts.py) and the trainer's
+advantage / value / surprisal per part (verl/trainer/part_metrics.py), policy tokens only."""
+import types
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from router_r1.token_parts import PART_NAMES, char_parts, response_parts, token_parts
+from verl.trainer.env_interface import RolloutResult
+from verl.trainer.part_metrics import part_metrics, part_tensor
+from verl.trainer.ppo_trainer import PPOTrainer
+from verl.workers.rollout.base import SamplingParams
+
+THINK, MODEL, QUERY, ANSWER = 1, 2, 3, 4
+
+
+def test_each_token_takes_the_part_of_its_first_visible_character():
+    toks = ["<think>", "A", " science", " fact", ".", "</think>", "\n", "<search>", "Qwen", "-7B", ":", " who",
+            " found", " X", "?", "</search>", "\n\n", "<information>", "Bo", ".", "</information>", "<answer>",
+            " Bo", "</answer>"]
+    want = [0, THINK, THINK, THINK, THINK, 0, 0, 0, MODEL, MODEL, 0, QUERY, QUERY, QUERY, QUERY, 0, 0, 0, 0, 0, 0,
+            0, ANSWER, 0]
+    assert token_parts(toks) == want
+    assert char_parts("<search>no colon</search>") == [0] * 25  # not a route: nothing labelled
+    assert PART_NAMES[MODEL - 1] == "route_model" and PART_NAMES[ANSWER - 1] == "answer"
+
+
+def test_a_real_tokenizer_labels_the_route_and_answer_tokens(tok):
+    text = "<think>Ask</think>\n<search>LLaMA-3.1-70B-Instruct: capital of Veloria?</search><answer>Orlan</answer>"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    parts = response_parts(tok, ids)
+    assert len(parts) == len(ids)
+    by_part = {k: tok.decode([i for i, p in zip(ids, parts) if p == k]).replace(" ", "") for k in (1, 2, 3, 4)}
+    assert by_part == {THINK: "Ask", MODEL: "LLaMA-3.1-70B-Instruct", QUERY: "capitalofVeloria?", ANSWER: "Orlan"}
+
+
+def test_part_metrics_read_policy_tokens_only():
+    parts = torch.tensor([[MODEL, QUERY, QUERY, ANSWER, MODEL], [MODEL, THINK, 0, ANSWER, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 1, 0]])  # the last MODEL token of row 0 is the env's
+    adv = torch.tensor([[1.0, 2.0, 4.0, 3.0, 100.0], [-1.0, 5.0, 7.0, -3.0, 0.0]])
+    logp = torch.log(torch.tensor([[0.5, 1.0, 1.0, 0.25, 1e-9], [0.25, 1.0, 1.0, 1.0, 1.0]]))
+    values = torch.tensor([[0.2, 0.0, 0.0, 0.4, 9.0], [0.6, 0.0, 0.0, 0.8, 0.0]])
+    m = part_metrics(parts, PART_NAMES, mask, adv, logp, values, scores=torch.tensor([1.0, 0.0]))
+    assert m["part/route_model/share"] == pytest.approx(2 / 7)
+    assert m["part/route_model/adv"] == pytest.approx(0.0) and m["part/route_model/adv_abs"] == pytest.approx(1.0)
+    assert m["part/route_model/adv_won"] == pytest.approx(1.0) and m["part/route_model/adv_lost"] == pytest.approx(-1.0)
+    assert m["part/route_model/surprisal"] == pytest.approx((np.log(2) + np.log(4)) / 2)
+    assert m["part/route_model/value"] == pytest.approx(0.4)
+    assert m["part/route_query/adv"] == pytest.approx(3.0) and "part/route_query/adv_lost" not in m
+    assert m["part/answer/value"] == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="token_part row 0 has 6 labels for a response of 5 tokens"):
+        part_tensor([[0] * 6], (1, 5))
+
+
+def test_the_trainer_carries_the_envs_labels_into_its_step_metrics(tok):
+    """to_batch keeps info["token_part"] beside the batch; _episode_metrics reports part/* when the env names parts."""
+    env = types.SimpleNamespace(part_names=PART_NAMES)
+    cfg = OmegaConf.create({"algorithm": {}})
+    trainer = types.SimpleNamespace(tokenizer=tok, cfg=cfg, env=env, rollout_imbalance=None)
+    ids = tok("<search>Gemma-2-27B-Instruct: who?</search>", add_special_tokens=False)["input_ids"]
+    result = RolloutResult([[5, 6]], [ids], [[1] * len(ids)], {"token_part": [response_parts(tok, ids)]})
+    rows = [types.SimpleNamespace(uid="u0")]
+    batch = PPOTrainer.to_batch(trainer, result, rows, np.array([1.0]), SamplingParams(temperature=1.0))
+    mask = batch.batch["response_mask"].float()
+    batch.batch["advantages"] = torch.where(torch.tensor([[p == MODEL for p in result.info["token_part"][0]]]),
+                                            2.0, 0.5) * mask
+    batch.batch["old_log_probs"] = torch.zeros_like(mask)
+    m = PPOTrainer._episode_metrics(trainer, batch, {}, mask, 1.0)
+    assert m["part/route_model/adv"] == pytest.approx(2.0) and m["part/route_query/adv"] == pytest.approx(0.5)
+    trainer.env = types.SimpleNamespace()  # an env without part names: no part metrics
+    assert not any(k.startswith("part/") for k in PPOTrainer._episode_metrics(trainer, batch, {}, mask, 1.0))
