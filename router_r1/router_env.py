@@ -52,7 +52,7 @@ from router_r1.episodes.episode import Episode, TurnRules
 from router_r1.episodes.logprob_track import LogprobTrack
 from router_r1.routing_collapse import collapse_metrics
 from router_r1.stages import stage_metrics, trajectory_stages
-from router_r1.token_parts import PART_NAMES, response_parts
+from router_r1.token_parts import PART_NAMES, names_pattern, response_parts
 from verl.trainer.config import section_to_dataclass
 from verl.trainer.env_interface import GenerateFn, RolloutResult
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
@@ -74,6 +74,7 @@ class RouterEnv:
         self.cfg = cfg
         self.tok = tokenizer
         self.registry = registry
+        self._names = names_pattern(n for m in registry.models.values() for n in (m.name, *m.aliases))
         self.client = client
         self.reward = cfg.reward_config()
         self.template = template if template is not None else (
@@ -301,7 +302,7 @@ class RouterEnv:
                   "pool_failures": [e.pool_failures for e in episodes],
                   "forced": [e.forced for e in episodes],
                   "turn_budget": [self.cfg.max_turns if e.max_turns is None else e.max_turns for e in episodes],
-                  "token_part": [response_parts(self.tok, e.response_ids) for e in episodes]},
+                  "token_part": [response_parts(self.tok, e.response_ids, self._names) for e in episodes]},
         )
         if track is not None:
             result.info["rollout_log_probs"] = [track.aligned(e) for e in episodes]

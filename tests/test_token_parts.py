@@ -7,13 +7,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from router_r1.token_parts import PART_NAMES, char_parts, response_parts, token_parts
+from router_r1.token_parts import PART_NAMES, char_parts, names_pattern, response_parts, token_parts
 from verl.trainer.env_interface import RolloutResult
 from verl.trainer.part_metrics import part_metrics, part_tensor
 from verl.trainer.ppo_trainer import PPOTrainer
 from verl.workers.rollout.base import SamplingParams
 
-THINK, MODEL, QUERY, ANSWER = 1, 2, 3, 4
+THINK, MODEL, QUERY, ANSWER, THINK_MODEL = 1, 2, 3, 4, 5
 
 
 def test_each_token_takes_the_part_of_its_first_visible_character():
@@ -24,16 +24,22 @@ def test_each_token_takes_the_part_of_its_first_visible_character():
             0, ANSWER, 0]
     assert token_parts(toks) == want
     assert char_parts("<search>no colon</search>") == [0] * 25  # not a route: nothing labelled
+    names = names_pattern(["Qwen", "Qwen-7B"])  # the longer name wins where both match
+    assert token_parts(toks, names) == want  # "Qwen" outside the think stays the route's
+    think = ["<think>", "Ask", " Qwen", "-7B", ".", "</think>", "<search>", "Qwen", "-7B", ":", " q", "</search>"]
+    assert token_parts(think, names) == [0, THINK, THINK_MODEL, THINK_MODEL, THINK, 0, 0, MODEL, MODEL, 0, QUERY, 0]
     assert PART_NAMES[MODEL - 1] == "route_model" and PART_NAMES[ANSWER - 1] == "answer"
 
 
 def test_a_real_tokenizer_labels_the_route_and_answer_tokens(tok):
-    text = "<think>Ask</think>\n<search>LLaMA-3.1-70B-Instruct: capital of Veloria?</search><answer>Orlan</answer>"
+    text = ("<think>Ask LLaMA-3.1-70B-Instruct.</think>\n<search>LLaMA-3.1-70B-Instruct: capital of Veloria?</search>"
+            "<answer>Orlan</answer>")
     ids = tok(text, add_special_tokens=False)["input_ids"]
-    parts = response_parts(tok, ids)
+    parts = response_parts(tok, ids, names_pattern(["LLaMA-3.1-70B-Instruct", "LLaMA-3.1-70B"]))
     assert len(parts) == len(ids)
-    by_part = {k: tok.decode([i for i, p in zip(ids, parts) if p == k]).replace(" ", "") for k in (1, 2, 3, 4)}
-    assert by_part == {THINK: "Ask", MODEL: "LLaMA-3.1-70B-Instruct", QUERY: "capitalofVeloria?", ANSWER: "Orlan"}
+    by_part = {k: tok.decode([i for i, p in zip(ids, parts) if p == k]).replace(" ", "") for k in (1, 2, 3, 4, 5)}
+    assert by_part == {THINK: "Ask.", MODEL: "LLaMA-3.1-70B-Instruct", QUERY: "capitalofVeloria?", ANSWER: "Orlan",
+                       THINK_MODEL: "LLaMA-3.1-70B-Instruct"}
 
 
 def test_part_metrics_read_policy_tokens_only():
