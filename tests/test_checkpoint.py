@@ -158,3 +158,13 @@ def test_torch_checkpoint_exception_is_wrapped_naming_the_path(tmp_path):
     marker.write_text(json.dumps(info))
     with pytest.raises(CheckpointError, match=f"could not read checkpoint {path}: CheckpointException"):
         fsdp.load_checkpoint(path, model, opt)
+
+
+def test_read_jsonl_skips_only_a_cut_last_line_and_names_a_broken_one_before_it(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    rows = "".join(json.dumps({"step": s}) + "\n" for s in (1, 2))
+    path.write_text(rows + '{"step": 3, "x"')  # a run killed mid-write
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2]
+    path.write_text('{"step": 1}\n{"step": 2, "x\n{"step": 3}\n\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON line"):
+        read_jsonl(path)

@@ -172,14 +172,17 @@ def timer(name: str, into: dict[str, float]):
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """Rows of a metrics JSONL file, or of its .jsonl.gz (as docs/results keeps them); a cut last line (killed run)
-    is skipped."""
-    rows = []
+    is skipped, a broken line before it is an error naming the file and line (resuming trims cut lines)."""
     with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+        lines = [(i, line) for i, line in enumerate(f, 1) if line.strip()]
+    rows = []
+    for k, (i, line) in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if k == len(lines) - 1:
                 continue
+            raise ValueError(f"{path}:{i}: not a JSON line ({e.msg}); only the last line may be cut") from None
     return rows
 
 
