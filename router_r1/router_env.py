@@ -74,7 +74,7 @@ class RouterEnv:
         self.cfg = cfg
         self.tok = tokenizer
         self.registry = registry
-        self._names = names_pattern(n for m in registry.models.values() for n in (m.name, *m.aliases))
+        self._think_names = names_pattern(n for m in registry.models.values() for n in (m.name, *m.aliases))
         self.client = client
         self.reward = cfg.reward_config()
         self.template = template if template is not None else (
@@ -302,7 +302,7 @@ class RouterEnv:
                   "pool_failures": [e.pool_failures for e in episodes],
                   "forced": [e.forced for e in episodes],
                   "turn_budget": [self.cfg.max_turns if e.max_turns is None else e.max_turns for e in episodes],
-                  "token_part": [response_parts(self.tok, e.response_ids, self._names) for e in episodes]},
+                  "token_part": [response_parts(self.tok, e.response_ids, self._think_names) for e in episodes]},
         )
         if track is not None:
             result.info["rollout_log_probs"] = [track.aligned(e) for e in episodes]

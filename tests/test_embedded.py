@@ -5,6 +5,7 @@ actions: the test replays their policy turns through the real RouterEnv against 
 simulated pool server and compares token ids and masks one for one.
 """
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -228,7 +229,9 @@ def test_rl_rollout_of_the_oracle_turns_gives_the_sft_tokens_and_mask(rows, tok,
         actions = [parse_action(s["text"], registry) for s in r["segments"] if s["by_policy"]]
         want = {2: "".join(a.model for a in actions if a.kind == "route"),
                 3: "".join(a.query for a in actions if a.kind == "route"),
-                4: extract_answer(r["response_text"]) or ""}
+                4: extract_answer(r["response_text"]) or "",
+                5: "".join(m for t in re.findall(r"<think>(.*?)</think>", r["response_text"])
+                           for m in re.findall(r"Ask (\S+?)\.(?=\s|$)", t))}
         for k, text in want.items():
             got = tok.decode([t for t, p in zip(ids, parts) if p == k])
             assert got.replace(" ", "") == text.replace(" ", ""), (k, got, text)
