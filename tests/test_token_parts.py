@@ -56,6 +56,7 @@ def test_part_metrics_read_policy_tokens_only():
     assert m["part/route_model/value"] == pytest.approx(0.4)
     assert m["part/route_query/adv"] == pytest.approx(3.0) and "part/route_query/adv_lost" not in m
     assert m["part/answer/value"] == pytest.approx(0.6)
+    assert m["part/answer/value_won"] == pytest.approx(0.4) and m["part/answer/value_lost"] == pytest.approx(0.8)
     with pytest.raises(ValueError, match="token_part row 0 has 6 labels for a response of 5 tokens"):
         part_tensor([[0] * 6], (1, 5))
 

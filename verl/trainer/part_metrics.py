@@ -25,7 +25,8 @@ def part_metrics(parts: torch.Tensor, names: Sequence[str], mask: torch.Tensor, 
                  scores: torch.Tensor | None = None) -> dict[str, float]:
     """For each part k (ids 1..len(names)) over the policy tokens (mask 1) labelled k: its share of the policy
     tokens, the mean advantage and mean |advantage|, the sampled tokens' mean surprisal (-log p, the policy's
-    uncertainty there), the critic's mean value, and the mean advantage in episodes scored above / at most 0.
+    uncertainty there), the critic's mean value, and the mean advantage (and value) in episodes scored above / at
+    most 0: a critic that reads the episode's progress has a value nearer each outcome at later parts.
     parts, mask, advantages, old_log_probs, values: (batch, response_len); scores: (batch,)."""
     policy = mask > 0
     total = float(policy.sum())
@@ -50,6 +51,8 @@ def part_metrics(parts: torch.Tensor, names: Sequence[str], mask: torch.Tensor, 
                 m = sel & rows
                 if m.any():
                     out[f"{p}/adv_{tag}"] = float(advantages[m].mean())
+                    if values is not None:
+                        out[f"{p}/value_{tag}"] = float(values[m].mean())
     return out
 
 
