@@ -10,6 +10,7 @@ from transformers import AutoTokenizer
 
 from sim.warm_start.cli import main as oracle_main
 from sim.world import SimWorld
+from verl.utils.export_manifest import verify, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,6 +25,7 @@ def warm_start(tmp_path: Path, *flags: str) -> Path:
         (sft / f.name).write_bytes(f.read_bytes())
     (sft / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 4096}))
     (sft / "checkpoints").mkdir()
+    write_manifest(sft)
     (src / "data").mkdir()
     (src / "world.env").write_text("WORLD_SEED=0\nPOOL=configs/pool/sim.yaml\n")
     return src
@@ -44,6 +46,7 @@ def test_every_entity_name_is_a_frozen_row_and_nothing_else(tmp_path):
     assert sorted(tok.convert_ids_to_tokens(ids)) == sorted(SimWorld(seed=0).entities)
     assert not (dst / "sft" / "checkpoints").exists() and (dst / "data").is_symlink()
     assert "frozen_token_ids" not in json.loads((src / "sft" / "config.json").read_text())  # the source is untouched
+    assert verify(dst / "sft")  # evaluation loads the copy: its manifest vouches for the edited config
 
 
 def test_a_tokenizer_without_whole_names_is_refused(tmp_path):

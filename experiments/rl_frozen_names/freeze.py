@@ -4,7 +4,7 @@ world.env) whose sft/config.json names every entity of the world as `frozen_toke
     python -m experiments.rl_frozen_names.freeze SRC DST [--world-seed 0]
 
 The embedded router holds each entity name as one token, with tied input and output rows; model.config's
-frozen_token_ids keeps those rows at their SFT values through PPO (verl/workers/fsdp_worker.freeze_token_rows),
+frozen_token_ids keeps those rows at their SFT values through PPO (freeze_token_rows in verl/workers/fsdp_worker.py),
 so an update cannot make a name more or less likely to be written, or read differently, because of the
 training facts it appeared in (docs/rl_diagnosis.md section 12).
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from sim.world import SimWorld
+from verl.utils.export_manifest import write_manifest
 
 
 def entity_ids(tokenizer, world: SimWorld) -> list[int]:
@@ -51,6 +52,7 @@ def main(argv=None) -> int:
     cfg = json.loads(cfg_path.read_text())
     cfg["frozen_token_ids"] = ids
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    write_manifest(args.dst / "sft")  # the edited config is this copy's own: evaluation checks the export against it
     print(f"{args.dst}: {len(cfg['frozen_token_ids'])} entity rows frozen for RL")
     return 0
 
