@@ -1,10 +1,10 @@
 """Which part of the routing protocol each response token belongs to, for the trainer's per-part metrics.
 
 The parts: the think text, the model name of a route, the route's sub-question, the answer text, and a pool
-model's name written inside the think (where a router that says "Ask X." before routing makes its choice; the
-route's name then only copies it); 0 is everything else (tags, whitespace between blocks, <information> blocks). The trainer reports the advantage, the
-critic's value and the sampled tokens' surprisal per part (`part/<name>/...`), which is how one sees whether the
-reward reaches the tokens that decide it (docs/rl_diagnosis.md).
+model's name written inside the think (a router whose think says "Ask X." chooses there; the route's name then
+only copies it); 0 is everything else (tags, whitespace between blocks, <information> blocks). The trainer reports
+the advantage, the critic's value and the sampled tokens' surprisal per part (`part/<name>/...`): whether the
+reward reaches the tokens that decide it (docs/rl_diagnosis.md section 13).
 """
 from __future__ import annotations
 

@@ -34,9 +34,9 @@ from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
 from verl.trainer.config import save_run_config
 from verl.trainer.curves import decoding_labels, plot_curves
-from verl.trainer.part_metrics import object_column, part_metrics, part_tensor
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env_interface import Env, RolloutResult, pick_episodes
+from verl.trainer.part_metrics import object_column, part_metrics, part_tensor
 from verl.trainer.rollout_schedule import make_schedule
 from verl.trainer.sft_data import SFTSet, collate
 from verl.trainer.tracking import Tracker, _plain, on_terminal, read_jsonl, timer, trim_jsonl
