@@ -42,6 +42,9 @@ esac
 OUT=${OUT:-outputs/embedded}
 SEED=${SEED:-1}
 N_ORACLE=${N_ORACLE:-2000}      # oracle trajectories for SFT
+TRAIN_SIZE=${TRAIN_SIZE:-2000}  # QA training questions, PPO's prompts (stage 2; SFT_FROM uses its source's data).
+                                # World 0's training split holds ~3,400 distinct ones; 3,300 narrowed the gap between
+                                # what RL gains on them and on the test (docs/results/rl_more_questions)
 # The warm start's recipe (configs/recipes/default.yaml): the annotator routes each hop to its domain's cheap
 # specialist, with a few slips. The earlier default (RECIPE=configs/recipes/confused.yaml, or NOISE=0.2
 # PREFER_BIG=0.3 CONFUSE=0.8) left PPO a mix-up to undo but gave a warm start that routed 27% of calls wrong at
@@ -109,7 +112,7 @@ $PY -m sim.warm_start --recipe "$RECIPE" --out-dir "$OUT/oracle" --n "$N_ORACLE"
 
 stage "2/5 simulated QA data"
 $PY -m sim.qa --out-dir "$OUT/data" --prompt-template "$OUT/oracle/prompt_template.txt" \
-  --world-seed "$WORLD_SEED" --pool "$POOL" --train-size 2000 --val-size 100 --test-size 300
+  --world-seed "$WORLD_SEED" --pool "$POOL" --train-size "$TRAIN_SIZE" --val-size 100 --test-size 300
 
 stage "3/5 supervised warm start"
 $PY -m verl.trainer.main_ppo --config-name sft "data.sft_files=[$OUT/oracle/oracle.parquet]" \

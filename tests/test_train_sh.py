@@ -187,7 +187,7 @@ def test_world_seed_pool_and_seed_reach_every_stage(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "OMP_NUM_THREADS": "2", "WORLD_SEED": "3",
            "POOL": str(pool), "SEED": "2", "N_ORACLE": "200", "SFT_MAX_STEPS": "2", "EVAL_LIMIT": "24",
-           "EVAL_BASELINES": "oracle-hops"}
+           "EVAL_BASELINES": "oracle-hops", "TRAIN_SIZE": "300"}
     overrides = ["trainer.total_steps=1", "trainer.test_freq=0", "data.train_batch_size=8",
                  "actor.ppo_mini_batch_size=8", "critic.ppo_mini_batch_size=8", "data.val_limit=8",
                  "critic.warmup_steps=0"]
@@ -203,9 +203,9 @@ def test_world_seed_pool_and_seed_reach_every_stage(tmp_path):
     assert science and all(r["route_models"][0] == "Mistral-7B-Instruct" for r in science)
     assert sum(r["em"] for r in rows) / len(rows) > 0.8
     # the data: world 3's questions, prompts listing the rotated pool's prices
-    for split in ("train", "val", "test"):
+    for split, n in (("train", 300), ("val", 100), ("test", 300)):  # TRAIN_SIZE sets the training questions
         data = read_parquet_rows(out / "data" / f"{split}.parquet")
-        assert all(r["extra_info"]["source_id"].startswith("sim3-") for r in data), split
+        assert len(data) == n and all(r["extra_info"]["source_id"].startswith("sim3-") for r in data), split
         assert "Mistral-7B-Instruct $0.10" in data[0]["prompt"][-1]["content"]
     # SFT and PPO: their seeds, and PPO's env on the same pool and world
     sft = yaml.safe_load((out / "sft" / "run_config.yaml").read_text())
