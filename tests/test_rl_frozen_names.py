@@ -47,6 +47,9 @@ def test_every_entity_name_is_a_frozen_row_and_nothing_else(tmp_path):
     assert not (dst / "sft" / "checkpoints").exists() and (dst / "data").is_symlink()
     assert "frozen_token_ids" not in json.loads((src / "sft" / "config.json").read_text())  # the source is untouched
     assert verify(dst / "sft")  # evaluation loads the copy: its manifest vouches for the edited config
+    (src / "world.env").write_text("WORLD_SEED=3\nPOOL=configs/pool/sim.yaml\n")  # the world is read from there:
+    other = freeze(src, tmp_path / "other")  # world 3's names are not this world-0 tokenizer's
+    assert other.returncode != 0 and "entity names as one token" in other.stderr
 
 
 def test_a_tokenizer_without_whole_names_is_refused(tmp_path):

@@ -1,7 +1,7 @@
 """A warm start whose entity-name rows RL may not move: a copy of an SFT_FROM folder (sft, oracle, data,
 world.env) whose sft/config.json names every entity of the world as `frozen_token_ids`.
 
-    python -m experiments.rl_frozen_names.freeze SRC DST [--world-seed 0]
+    python -m experiments.rl_frozen_names.freeze SRC DST [--world-seed N]   # default: SRC/world.env's
 
 The embedded router holds each entity name as one token, with tied input and output rows; model.config's
 frozen_token_ids keeps those rows at their SFT values through PPO (freeze_token_rows in verl/workers/fsdp_worker.py),
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -27,7 +28,10 @@ def entity_ids(tokenizer, world: SimWorld) -> list[int]:
     ids, missing = set(), []
     for name in world.entities:
         i = tokenizer.convert_tokens_to_ids(name)
-        (missing.append(name) if i is None or i == tokenizer.unk_token_id else ids.add(i))
+        if i is None or i == tokenizer.unk_token_id:
+            missing.append(name)
+        else:
+            ids.add(i)
     if missing:
         raise SystemExit(f"the tokenizer does not hold {len(missing)} entity names as one token (e.g. "
                          f"{missing[:3]}): a warm start built with whole_names is needed")
@@ -38,8 +42,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("src", type=Path, help="an SFT_FROM folder of train.sh (sft/, oracle/, data/, world.env)")
     p.add_argument("dst", type=Path, help="the new folder: sft copied (its checkpoints left out), the rest linked")
-    p.add_argument("--world-seed", type=int, default=0, help="the world the warm start was built in")
+    p.add_argument("--world-seed", type=int, default=None,
+                   help="the world the warm start was built in (default: WORLD_SEED of SRC/world.env, else 0)")
     args = p.parse_args(argv)
+    if args.world_seed is None:
+        env = args.src / "world.env"
+        seeds = re.findall(r"^WORLD_SEED=(\d+)$", env.read_text(), re.M) if env.is_file() else []
+        args.world_seed = int(seeds[0]) if seeds else 0
     if not (args.src / "sft" / "config.json").is_file():
         raise SystemExit(f"{args.src}/sft/config.json: not found (not an SFT_FROM folder)")
     ids = entity_ids(AutoTokenizer.from_pretrained(args.src / "sft"), SimWorld(seed=args.world_seed))
