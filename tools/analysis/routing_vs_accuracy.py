@@ -59,13 +59,13 @@ def routing(recs: list[dict], world: SimWorld) -> dict[str, collections.Counter]
 def summary(hops, names, acc, price) -> dict:
     """Per-run figures: shares per domain, expected hop accuracy, share to each domain's best model, price/hop."""
     total = sum(sum(c.values()) for c in hops.values())
-    listed = [m for m in names if any(m in c for c in hops.values())] or names
+    used = [m for m in names if any(c[m] for c in hops.values())]
     exp_acc = sum(n * acc[d].get(m, 0.0) for d, c in hops.items() for m, n in c.items()) / max(total, 1)
     to_best = sum(c[best_model(acc[d], price, names)] for d, c in hops.items()) / max(total, 1)
     per_hop_price = sum(n * price.get(m, 0.0) for c in hops.values() for m, n in c.items()) / max(total, 1)
     shares = {d: {m: c[m] / max(sum(c.values()), 1) for m in names} for d, c in hops.items()}
     return {"hops": total, "expected_hop_accuracy": exp_acc, "share_to_best": to_best,
-            "price_out_per_m_per_hop": per_hop_price, "shares": shares, "models_used": listed}
+            "price_out_per_m_per_hop": per_hop_price, "shares": shares, "models_used": used}
 
 
 def markdown(runs: dict[str, dict], names, acc, price) -> str:
