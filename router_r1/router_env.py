@@ -64,7 +64,7 @@ class RouterEnv:
     """The routing environment behind the engine's Env interface."""
 
     check_row = staticmethod(check_router_row)  # PromptDataset's row_check: every row, at load time
-    part_names = PART_NAMES  # what info["token_part"]'s ids 1.. name (the trainer's part/* metrics)
+    part_names = PART_NAMES  # what token_parts' ids 1.. name (the trainer's part/* metrics)
 
     def __init__(self, cfg: "RouterEnvConfig", tokenizer, registry: ModelRegistry, client: PoolClient,
                  health: PoolHealth | None = None, template: str | None = None, truth: Truth | None = None):
@@ -195,6 +195,10 @@ class RouterEnv:
         await self._run_continuous(episodes, engine, sampling, track)
         return self._result(episodes, track, alphas)
 
+    def token_parts(self, response_ids: list[list[int]]) -> list[list[int]]:
+        """Each response token's part id (router_r1/token_parts.py); the trainer asks for its training batches only."""
+        return [response_parts(self.tok, ids, self._think_names) for ids in response_ids]
+
     def submit(self, coro):
         """Start a coroutine on the pool client's loop (where its connections live); its future."""
         return self.client.submit(coro)
@@ -301,8 +305,7 @@ class RouterEnv:
                   "pool_latency_s": [e.pool_latency_s for e in episodes],
                   "pool_failures": [e.pool_failures for e in episodes],
                   "forced": [e.forced for e in episodes],
-                  "turn_budget": [self.cfg.max_turns if e.max_turns is None else e.max_turns for e in episodes],
-                  "token_part": [response_parts(self.tok, e.response_ids, self._think_names) for e in episodes]},
+                  "turn_budget": [self.cfg.max_turns if e.max_turns is None else e.max_turns for e in episodes]},
         )
         if track is not None:
             result.info["rollout_log_probs"] = [track.aligned(e) for e in episodes]

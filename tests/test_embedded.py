@@ -224,7 +224,8 @@ def test_rl_rollout_of_the_oracle_turns_gives_the_sft_tokens_and_mask(rows, tok,
         assert metrics["format_ok"][i] == 1.0 and metrics["em"][i] == r["em"]
         assert metrics["cost_usd"][i] == pytest.approx(r["cost_usd"], rel=1e-9, abs=1e-15)
         # the per-part labels (the trainer's part/* metrics): each part's tokens decode to what the turns say
-        parts, ids = result.info["token_part"][i], result.response_ids[i]
+        ids = result.response_ids[i]
+        (parts,) = env.token_parts([ids])
         assert len(parts) == len(ids) and not any(p for p, m in zip(parts, result.response_mask[i]) if not m)
         actions = [parse_action(s["text"], registry) for s in r["segments"] if s["by_policy"]]
         want = {2: "".join(a.model for a in actions if a.kind == "route"),

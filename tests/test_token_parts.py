@@ -62,17 +62,18 @@ def test_part_metrics_read_policy_tokens_only():
 
 
 def test_the_trainer_carries_the_envs_labels_into_its_step_metrics(tok):
-    """to_batch keeps info["token_part"] beside the batch; _episode_metrics reports part/* when the env names parts."""
-    env = types.SimpleNamespace(part_names=PART_NAMES)
+    """to_batch asks the env to label the batch's response tokens; _episode_metrics reports part/* when the env
+    names parts."""
+    env = types.SimpleNamespace(part_names=PART_NAMES, token_parts=lambda rows: [response_parts(tok, r) for r in rows])
     cfg = OmegaConf.create({"algorithm": {}})
     trainer = types.SimpleNamespace(tokenizer=tok, cfg=cfg, env=env, rollout_imbalance=None)
     ids = tok("<search>Gemma-2-27B-Instruct: who?</search>", add_special_tokens=False)["input_ids"]
-    result = RolloutResult([[5, 6]], [ids], [[1] * len(ids)], {"token_part": [response_parts(tok, ids)]})
+    parts = response_parts(tok, ids)
+    result = RolloutResult([[5, 6]], [ids], [[1] * len(ids)])
     rows = [types.SimpleNamespace(uid="u0")]
     batch = PPOTrainer.to_batch(trainer, result, rows, np.array([1.0]), SamplingParams(temperature=1.0))
     mask = batch.batch["response_mask"].float()
-    batch.batch["advantages"] = torch.where(torch.tensor([[p == MODEL for p in result.info["token_part"][0]]]),
-                                            2.0, 0.5) * mask
+    batch.batch["advantages"] = torch.where(torch.tensor([[p == MODEL for p in parts]]), 2.0, 0.5) * mask
     batch.batch["old_log_probs"] = torch.zeros_like(mask)
     m = PPOTrainer._episode_metrics(trainer, batch, {}, mask, 1.0)
     assert m["part/route_model/adv"] == pytest.approx(2.0) and m["part/route_query/adv"] == pytest.approx(0.5)

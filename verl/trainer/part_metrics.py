@@ -1,5 +1,5 @@
 """Per-part metrics of a trained batch: where in the response the advantage, the critic's value and the policy's
-uncertainty sit, for an env that labels its response tokens (RolloutResult.info["token_part"], names from the env's
+uncertainty sit, for an env that labels its response tokens (its `token_parts(response_ids)`, names from its
 `part_names`; 0 = no part). Whether the reward reaches the tokens that decide it is read here.
 """
 from __future__ import annotations

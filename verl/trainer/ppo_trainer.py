@@ -264,8 +264,8 @@ class PPOTrainer:
                 rollout_lp[i, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
             tensors["rollout_log_probs"] = rollout_lp
         non_tensor = {"uid": np.array([r.uid for r in rows], dtype=object)}
-        if "token_part" in result.info:  # the env's labels of its response tokens (part_metrics)
-            non_tensor["token_part"] = object_column(result.info["token_part"])
+        if hasattr(self.env, "token_parts"):  # the env's labels of its response tokens (part_metrics)
+            non_tensor["token_part"] = object_column(self.env.token_parts(result.response_ids))
         if key := self.cfg.algorithm.get("whiten_by"):  # the advantage whitening's groups, one per value
             if key not in result.info:
                 raise ValueError(f"algorithm.whiten_by={key!r}: the env's rollout info has no such field (it has: "
