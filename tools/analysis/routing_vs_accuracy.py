@@ -16,30 +16,19 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
-from sim.world import SimWorld
+from router_r1.pool.registry import ModelRegistry
+from sim.embedded import domain_accuracy
+from sim.world import DOMAINS, SimWorld
 from tools.analysis.diagnose_failures import classify
-
-DOMAINS = ("geography", "people", "science", "arts", "business", "sports")
 
 
 def pool_table(path: Path) -> tuple[list[str], dict[str, dict[str, float]], dict[str, float]]:
     """(listed model names, accuracy[domain][model], output price per 1M tokens) from a sim pool yaml; models marked
     `unseen: true` are not in the training listing and are left out."""
-    spec = yaml.safe_load(path.read_text())
-    names, acc, price = [], {d: {} for d in DOMAINS}, {}
-    for i, m in enumerate(spec.get("models") or []):
-        sim = m.get("sim")
-        if not isinstance(sim, dict) or "accuracy" not in sim:
-            raise ValueError(f"{path}: models[{i}] ({m.get('name')!r}) has no sim.accuracy: not a simulated pool")
-        if m.get("unseen"):
-            continue
-        names.append(m["name"])
-        price[m["name"]] = float(m["price_out_per_m"])
-        for d in DOMAINS:
-            acc[d][m["name"]] = float(sim["accuracy"].get(d, sim["accuracy"]["default"]))
-    return names, acc, price
+    specs = list(ModelRegistry.from_yaml(path).seen().models.values())
+    per_model = {m.name: domain_accuracy(m) for m in specs}  # an error naming a model without sim.accuracy
+    acc = {d: {name: per_model[name][d] for name in per_model} for d in DOMAINS}
+    return [m.name for m in specs], acc, {m.name: float(m.price_out_per_m) for m in specs}
 
 
 def best_model(acc: dict[str, float], price: dict[str, float], listed: list[str]) -> str:
