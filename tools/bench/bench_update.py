@@ -78,6 +78,9 @@ def parse_args(argv=None):
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--seed", type=int, default=0, help="seed of the lengths and weights")
     p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument("--profile", action="store_true",
+                   help="profile one update of the fastest variant: kernel time by group (GEMM, attention, ...) "
+                        "and the top kernels")
     p.add_argument("--lora-rank", type=int, default=0, help="> 0: compare full fine-tuning with LoRA of this rank")
     p.add_argument("--lora-alpha", type=float, default=None, help="LoRA alpha (default 2 * rank)")
     p.add_argument("--lora-targets", default="all-linear", help="comma-separated Linear names, or all-linear")
@@ -182,6 +185,26 @@ def time_run(worker: ActorWorker, data: DataProto, args) -> dict:
         up_mem = peak_gib(args.device)
     return dict(log_prob_s=lp_s / args.iters, update_s=up_s / args.iters, log_prob_peak_gib=lp_mem,
                 update_peak_gib=up_mem)
+
+
+def profile_update(worker: ActorWorker, data: DataProto, args) -> dict:
+    """One update (log-probs, then update_actor) under the profiler: kernel time per group and the top kernels."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from tools.bench.kernel_groups import breakdown, format_breakdown
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
+    old = worker.compute_log_prob(data)
+    sync(args.device)
+    with torch_profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        worker.update_actor(data.union(old))
+        sync(args.device)
+        wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    groups = breakdown(events)
+    sort = "cuda_time_total" if args.device == "cuda" else "cpu_time_total"
+    print("update kernels by group:\n" + format_breakdown(groups, wall) + "\n"
+          + events.table(sort_by=sort, row_limit=25), flush=True)
+    return dict(wall_s=wall, groups=groups)
 
 
 def figures(run: dict, tokens: int, flops: dict, peak: float) -> dict:
@@ -355,6 +378,9 @@ def main(argv=None) -> dict:
     )
     for r in runs:
         r["real_tokens"] = tokens
+    if args.profile:
+        configure(worker, args, best["variant"])
+        result["profile"] = profile_update(worker, data, args)
 
     rows = [("update tokens/s", "update_tokens_per_s", "{:,.0f}"), ("update MFU (6N)", "update_mfu", "{:.1%}"),
             ("update MFU (+attn)", "update_mfu_with_attn", "{:.1%}"), ("update peak GiB", "update_peak_gib", "{:.1f}"),
