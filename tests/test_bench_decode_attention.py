@@ -29,3 +29,15 @@ def test_a_wrong_tile_is_flagged_and_never_the_best(monkeypatch, capsys):
     bench_decode_attention.main(ARGS)
     out = capsys.readouterr().out
     assert out.count("MISMATCH") == 2 and "best:" not in out
+
+
+def test_the_best_tile_reaches_bench_rollout(tmp_path):
+    """The sweep's JSON names each shape's fastest correct tile; bench_rollout --tiles reads it back as kwargs."""
+    bench_decode_attention.main(ARGS + ["--out", str(tmp_path / "r.json")])
+    from tools.bench import bench_rollout  # after the sweep: its imports load triton (see --tiny)
+    (row,) = json.loads((tmp_path / "r.json").read_text())
+    timed = {b: row[f"triton_b{b}_t512_w4_us"] for b in (32, 64)}
+    assert row["best"]["block"] == min(timed, key=timed.get)
+    assert bench_rollout.best_tile(str(tmp_path / "r.json"), "qwen2.5-3b") == dict(
+        block=row["best"]["block"], target=512, num_warps=4)
+    assert bench_rollout.best_tile(str(tmp_path / "r.json"), "qwen2.5-0.5b") is None

@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         if best:
             print(f"  best: block {best[1]} target {best[2]} warps {best[3]}: {best[0] * 1e3:.1f} us, "
                   f"{ms / best[0]:.2f}x the matmul path", flush=True)
+            row["best"] = dict(block=best[1], target=best[2], num_warps=best[3], us=best[0] * 1e3)  # bench_rollout --tiles
         results.append(row)
     if args.out:
         with open(args.out, "w") as f:

@@ -14,6 +14,7 @@ the same tokens, and greedy agreement with the plain loop.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import time
@@ -164,6 +165,13 @@ def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: 
     return sum(e.self_device_time_total for e in events) / 1e6
 
 
+def best_tile(path: str, shape: str) -> dict | None:
+    """The fastest correct tile (block, target, num_warps) bench_decode_attention found for a shape, if any."""
+    with open(path) as f:
+        rows = [r for r in json.load(f) if r.get("shape") == shape and "best" in r]
+    return {k: v for k, v in rows[0]["best"].items() if k != "us"} if rows else None
+
+
 def main() -> None:
     p = workload_parser(__doc__)
     p.add_argument("--skip-loop", action="store_true", help="do not time the plain HFRollout loop")
@@ -174,6 +182,9 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="also time StaticRollout(compile=True) (rollout.compile)")
     p.add_argument("--attention", nargs="+", default=["auto"], choices=["auto", "triton", "matmul"],
                    help="decode attentions to time (rollout.decode_attention); the first one unsuffixed")
+    p.add_argument("--tiles", default=None,
+                   help="bench_decode_attention's JSON: also time the Triton path at each shape's best tile (variant "
+                        "+tuned, compiled with --compile)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     if args.tiny:
@@ -192,6 +203,13 @@ def main() -> None:
             fasts["static" + tag] = StaticRollout(model, _Tok(), decode_attention=attention, **opts)
             if args.compile:
                 fasts["compiled" + tag] = StaticRollout(model, _Tok(), compile=True, decode_attention=attention, **opts)
+        tile = best_tile(args.tiles, shape) if args.tiles else None
+        if tile:
+            fast = StaticRollout(model, _Tok(), compile=args.compile, decode_attention="triton", **opts)
+            fast._triton_attn = functools.partial(fast._triton_attn, **tile)
+            name = ("compiled" if args.compile else "static") + "+tuned"
+            fasts[name] = fast
+            print(f"{shape}: {name} uses the tile {tile}", flush=True)
         loop = HFRollout(model, _Tok(), device=device, max_batch_size=max(args.batch), eos_token_ids=[])
         sp = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
         for batch in args.batch:
