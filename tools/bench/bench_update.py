@@ -188,7 +188,7 @@ def time_run(worker: ActorWorker, data: DataProto, args) -> dict:
 
 
 def profile_update(worker: ActorWorker, data: DataProto, args) -> dict:
-    """One update (log-probs, then update_actor) under the profiler: kernel time per group and the top kernels."""
+    """One update_actor under the profiler (its old log-probs computed before): kernel time per group, top kernels."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
     from tools.bench.kernel_groups import breakdown, format_breakdown
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])

@@ -14,7 +14,7 @@ GROUPS: list[tuple[str, re.Pattern]] = [
     ("attention", re.compile(r"flash|fmha|attention|sdpa|_attn|decode_attention", re.I)),
     ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|sm\d+_.*(?:tensorop|hmma)|splitkreduce|cublas", re.I)),
     ("loss/softmax", re.compile(r"softmax|log_softmax|cross_entropy|nll_loss|logsumexp", re.I)),
-    ("triton (fused)", re.compile(r"^triton_|triton", re.I)),
+    ("triton (fused)", re.compile(r"triton", re.I)),
     ("reduction/norm", re.compile(r"reduce|norm|sum_kernel|mean|welford", re.I)),
     ("copy/cast", re.compile(r"copy|memcpy|memset|cat|index|gather|scatter|fill", re.I)),
     ("elementwise", re.compile(r"elementwise|vectorized|unrolled|pointwise", re.I)),
