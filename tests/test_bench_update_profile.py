@@ -1,9 +1,9 @@
-"""Kernel names from real H200 profiles land in the group a reader expects."""
+"""bench_update --profile: kernel names from real H200 profiles land in the group a reader expects."""
 from types import SimpleNamespace
 
 import pytest
 
-from tools.bench.kernel_groups import breakdown, format_breakdown, group_of
+from tools.bench.bench_update import breakdown, format_breakdown, group_of
 
 
 @pytest.mark.parametrize("name,group", [
