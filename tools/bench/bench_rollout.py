@@ -180,6 +180,9 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="time prefill and one decode step; top CUDA kernels")
     p.add_argument("--kernels", action="store_true", help="with --profile: top kernels of a prefill and a step")
     p.add_argument("--compile", action="store_true", help="also time StaticRollout(compile=True) (rollout.compile)")
+    p.add_argument("--autotune", action="store_true",
+                   help="with --compile: also time rollout.compile_mode=max-autotune-no-cudagraphs (variant "
+                        "compiled+autotune: Inductor's Triton GEMMs where they beat cuBLAS)")
     p.add_argument("--attention", nargs="+", default=["auto"], choices=["auto", "triton", "matmul"],
                    help="decode attentions to time (rollout.decode_attention); the first one unsuffixed")
     p.add_argument("--tiles", default=None,
@@ -203,6 +206,10 @@ def main() -> None:
             fasts["static" + tag] = StaticRollout(model, _Tok(), decode_attention=attention, **opts)
             if args.compile:
                 fasts["compiled" + tag] = StaticRollout(model, _Tok(), compile=True, decode_attention=attention, **opts)
+                if args.autotune:
+                    fasts["compiled+autotune" + tag] = StaticRollout(
+                        model, _Tok(), compile=True, compile_mode="max-autotune-no-cudagraphs",
+                        decode_attention=attention, **opts)
         tile = best_tile(args.tiles, shape) if args.tiles else None
         if tile:
             fast = StaticRollout(model, _Tok(), compile=args.compile, decode_attention="triton", **opts)

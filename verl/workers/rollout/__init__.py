@@ -70,6 +70,7 @@ def build_rollout(cfg: Any, model: Any = None, tokenizer: Any = None) -> Rollout
         return SlotRollout(model, tokenizer, max_model_len=int(_get(cfg, "max_model_len", 4096)),
                              cuda_graph=bool(_get(cfg, "cuda_graph", True)),
                              compile=bool(_get(cfg, "compile", False)),
+                             compile_mode=str(_get(cfg, "compile_mode", "default")),
                              decode_attention=str(_get(cfg, "decode_attention", "auto")), **common)
     if name == "vllm":
         from .vllm_rollout import VLLMRollout

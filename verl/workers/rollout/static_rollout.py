@@ -33,6 +33,7 @@ On CPU the same step runs eagerly (the tests compare it with HFRollout token for
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -180,6 +181,8 @@ def matmul_decode_attention(q, k, v, bias, scaling: float):
 
 
 DECODE_ATTENTION = ("auto", "triton", "matmul")
+# torch.compile modes without CUDA graphs: the engine captures its own graph around the whole step
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
 
 def resolve_decode_attention(choice: str, device: torch.device) -> str:
@@ -204,7 +207,8 @@ class StaticRollout(HFRollout):
 
     def __init__(self, model, tokenizer, device="cpu", dtype=None, max_batch_size: int = 256,
                  max_model_len: int = 4096, eos_token_ids=None, cuda_graph: bool = True, chunk: int = 16,
-                 prefill_tokens: int = 32768, compile: bool = False, decode_attention: str = "auto"):
+                 prefill_tokens: int = 32768, compile: bool = False, decode_attention: str = "auto",
+                 compile_mode: str = "default"):
         cfg = model.config
         if cfg.model_type not in SUPPORTED_TYPES:
             raise ValueError(f"StaticRollout supports model_type {SUPPORTED_TYPES}, got {cfg.model_type!r}; "
@@ -241,7 +245,9 @@ class StaticRollout(HFRollout):
         # compiled graph serves every layer, since the layers' weights are arguments. The cache
         # writes stay eager (an in-place write into a graph input could be functionalised into a copy
         # of the cache); so do the sampler's small cumsums.
-        wrap = torch.compile if compile else (lambda f: f)
+        if compile_mode not in COMPILE_MODES:
+            raise ValueError(f"rollout.compile_mode must be one of {COMPILE_MODES}, got {compile_mode!r}")
+        wrap = functools.partial(torch.compile, mode=compile_mode) if compile else (lambda f: f)
         pre, post = (gemma_pre_attention, gemma_post_attention) if self.gemma else (pre_attention, post_attention)
         pre = qk_norm_pre_attention if self.qk_norm else pre
         self._pre, self._post, self._attn = wrap(pre), wrap(post), wrap(matmul_decode_attention)
