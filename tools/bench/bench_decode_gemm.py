@@ -1,6 +1,6 @@
-"""The decode step's GEMMs alone: cuBLAS (F.linear, what StaticRollout runs) against torch.compile's
-max-autotune (Inductor benchmarks its Triton GEMM templates beside cuBLAS and keeps the faster), at a
-shape's decode batch, as weight bytes read per second and as ms a step.
+"""The decode step's GEMMs alone: cuBLAS (F.linear) against the split-K Triton kernel
+(rollout.decode_linear=triton) over a sweep of its settings, and with --autotune torch.compile's max-autotune,
+at a shape's decode batch, as weight bytes read per second and as ms a step.
 
     python -m tools.bench.bench_decode_gemm --shape qwen2.5-3b --batch 128      # GPU
     python -m tools.bench.bench_decode_gemm --tiny                              # CPU smoke: checks, no timing
@@ -37,8 +37,17 @@ def timer(tiny: bool):
             fn()
             return (time.perf_counter() - t) * 1e3
         return bench
+    import functools
     import triton.testing
-    return triton.testing.do_bench
+    return functools.partial(triton.testing.do_bench, warmup=5, rep=25)  # 18 settings x 10 GEMMs: keep it short
+
+
+def sweep(tiny: bool) -> list[dict]:
+    """The split-K kernel's settings to try: column block, reduction step, programs aimed at, pipeline stages."""
+    if tiny:
+        return [dict(block_n=32, block_k=64, target=8, num_warps=4, num_stages=1)]
+    return [dict(block_n=bn, block_k=bk, target=t, num_warps=4, num_stages=3)
+            for bn in (32, 64, 128) for bk in (64, 128) for t in (132, 264, 528)]
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -46,46 +55,68 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"],
                    choices=[s for s in SHAPES if s != "tiny"], help="model shapes")
     p.add_argument("--batch", type=int, default=128, help="rows decoded together")
-    p.add_argument("--tiny", action="store_true", help="CPU smoke run: fp32, 4 rows, shapes cut 16x, no autotune")
-    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument("--tiny", action="store_true", help="CPU smoke run: fp32, 4 rows, shapes cut 16x, one setting "
+                                                       "(the kernel runs in Triton's interpreter: TRITON_INTERPRET=1)")
+    p.add_argument("--autotune", action="store_true",
+                   help="also time torch.compile max-autotune (Inductor's Triton GEMM templates against cuBLAS)")
+    p.add_argument("--out", default=None, help="write the results as JSON here (with each shape's best setting)")
     args = p.parse_args(argv)
+    from verl.workers.rollout import triton_decode_linear as tdl
     dev, dt = ("cpu", torch.float32) if args.tiny else ("cuda", torch.bfloat16)
     rows = 4 if args.tiny else args.batch
     bench = timer(args.tiny)
     # max-autotune without its CUDA graphs: the rollout captures its own graph around the whole step
     mode = "default" if args.tiny else "max-autotune-no-cudagraphs"
     tol = 1e-4 if args.tiny else 2e-2
+    settings = sweep(args.tiny)
     results = []
     for shape in args.shape:
-        step = {"cublas": 0.0, "autotuned": 0.0, "floor": 0.0}
+        paths = ["cublas", "splitk"] + (["autotuned"] if args.autotune else [])
+        step = {name: 0.0 for name in paths + ["floor"]}
+        per_setting = [0.0] * len(settings)  # a step's split-K time at each setting (a mismatch: cuBLAS's time)
         for name, k, n, calls in gemms(shape):
             if args.tiny:
                 k, n = max(k // 16, 8), max(n // 16, 8)
             torch.manual_seed(0)
             x = torch.randn(rows, k, dtype=dt, device=dev)
             w = torch.randn(n, k, dtype=dt, device=dev) / k ** 0.5
-            torch._dynamo.reset()
-            tuned = torch.compile(F.linear, mode=mode, dynamic=False)
             ref = F.linear(x, w).float()
-            diff = (tuned(x, w).float() - ref).abs().max().item()
-            ms_cublas = bench(lambda: F.linear(x, w))
-            ms_tuned = bench(lambda: tuned(x, w))
+            scale = max(1.0, ref.abs().max().item())
+            ms = {"cublas": bench(lambda: F.linear(x, w))}
+            diffs = {}
+            if args.autotune:
+                torch._dynamo.reset()
+                tuned = torch.compile(F.linear, mode=mode, dynamic=False)
+                diffs["autotuned"] = (tuned(x, w).float() - ref).abs().max().item()
+                ms["autotuned"] = bench(lambda: tuned(x, w))
+            times = []
+            for i, tile in enumerate(settings):
+                diff = (tdl.linear(x, w, None, **tile).float() - ref).abs().max().item()
+                t = bench(lambda: tdl.linear(x, w, None, **tile)) if diff <= tol * scale else float("inf")
+                times.append((t, diff))
+                per_setting[i] += calls * (t if t < float("inf") else ms["cublas"])
+            best = min(range(len(settings)), key=lambda i: times[i][0])
+            ms["splitk"], diffs["splitk"] = times[best]
             nbytes = (n * k + rows * k + rows * n) * x.element_size()
             floor_ms = nbytes / HBM_BYTES_PER_S * 1e3
-            row = dict(shape=shape, gemm=name, rows=rows, k=k, n=n, calls=calls, cublas_ms=ms_cublas,
-                       autotuned_ms=ms_tuned, floor_ms=floor_ms, maxdiff=diff,
-                       cublas_tb_s=nbytes / ms_cublas / 1e9, autotuned_tb_s=nbytes / ms_tuned / 1e9)
-            results.append(row)
-            ok = diff <= tol * max(1.0, ref.abs().max().item())
-            step["cublas"] += calls * ms_cublas
-            step["autotuned"] += calls * (ms_tuned if ok else ms_cublas)
+            row = dict(shape=shape, gemm=name, rows=rows, k=k, n=n, calls=calls, floor_ms=floor_ms,
+                       maxdiff=max(diffs.values(), default=0.0), splitk_setting=settings[best])
+            line = f"{shape:13} {name:8} {rows}x{k}->{n}:"
+            for path in paths:
+                ok = diffs.get(path, 0.0) <= tol * scale and ms[path] < float("inf")
+                row[f"{path}_ms"], row[f"{path}_tb_s"] = ms[path], nbytes / ms[path] / 1e9
+                step[path] += calls * (ms[path] if ok else ms["cublas"])
+                line += f"  {path} {ms[path] * 1e3:7.1f} us ({row[f'{path}_tb_s']:.2f} TB/s)"
+                line += "" if ok else f" MISMATCH (max diff {diffs.get(path, float('nan')):.3g})"
             step["floor"] += calls * floor_ms
-            print(f"{shape:13} {name:8} {rows}x{k}->{n}: cuBLAS {ms_cublas * 1e3:8.1f} us ({row['cublas_tb_s']:.2f} TB/s)"
-                  f"  autotuned {ms_tuned * 1e3:8.1f} us ({row['autotuned_tb_s']:.2f} TB/s)"
-                  f"  floor {floor_ms * 1e3:7.1f} us{'' if ok else f'  MISMATCH (max diff {diff:.3g})'}", flush=True)
-        results.append(dict(shape=shape, gemm="step", **{f"{k}_ms": v for k, v in step.items()}))
-        print(f"{shape:13} a step's GEMMs: cuBLAS {step['cublas']:.3f} ms, autotuned {step['autotuned']:.3f} ms, "
-              f"floor {step['floor']:.3f} ms ({step['cublas'] / step['autotuned']:.2f}x)", flush=True)
+            results.append(row)
+            print(f"{line}  floor {floor_ms * 1e3:6.1f} us  (split-K best: {settings[best]})", flush=True)
+        one = min(range(len(settings)), key=per_setting.__getitem__)
+        results.append(dict(shape=shape, gemm="step", **{f"{k}_ms": v for k, v in step.items()},
+                            best=settings[one], best_ms=per_setting[one]))
+        print(f"{shape:13} a step's GEMMs: " + ", ".join(f"{k} {v:.3f} ms" for k, v in step.items())
+              + f"; one split-K setting for all: {per_setting[one]:.3f} ms at {settings[one]} "
+                f"(cuBLAS / that: {step['cublas'] / per_setting[one]:.2f}x)", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

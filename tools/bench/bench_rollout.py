@@ -183,6 +183,11 @@ def main() -> None:
     p.add_argument("--autotune", action="store_true",
                    help="with --compile: also time rollout.compile_mode=max-autotune-no-cudagraphs (variant "
                         "compiled+autotune: Inductor's Triton GEMMs where they beat cuBLAS)")
+    p.add_argument("--linear", action="store_true",
+                   help="also time rollout.decode_linear=triton (variant +linear: the split-K decode GEMM; compiled "
+                        "with --compile)")
+    p.add_argument("--linear-tiles", default=None,
+                   help="bench_decode_gemm's JSON: with --linear, run the split-K kernel at each shape's best setting")
     p.add_argument("--attention", nargs="+", default=["auto"], choices=["auto", "triton", "matmul"],
                    help="decode attentions to time (rollout.decode_attention); the first one unsuffixed")
     p.add_argument("--tiles", default=None,
@@ -217,6 +222,14 @@ def main() -> None:
             name = ("compiled" if args.compile else "static") + "+tuned"
             fasts[name] = fast
             print(f"{shape}: {name} uses the tile {tile}", flush=True)
+        if args.linear:
+            from verl.workers.rollout import triton_decode_linear
+            setting = best_tile(args.linear_tiles, shape) if args.linear_tiles else None
+            triton_decode_linear.TILE.update(setting or {})
+            name = ("compiled" if args.compile else "static") + "+linear"
+            fasts[name] = StaticRollout(model, _Tok(), compile=args.compile, decode_attention=args.attention[0],
+                                        decode_linear="triton", **opts)
+            print(f"{shape}: {name} runs the split-K kernel at {triton_decode_linear.TILE}", flush=True)
         loop = HFRollout(model, _Tok(), device=device, max_batch_size=max(args.batch), eos_token_ids=[])
         sp = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
         for batch in args.batch:

@@ -59,6 +59,7 @@ class RolloutConfig:
     cuda_graph: bool = True  # hf_static: replay the decode step as a CUDA graph (false: eager, for debugging)
     compile: bool = False  # hf_static: torch.compile the per-layer work around the matmuls and the sampler; compiles once, ~15 s on a GPU
     compile_mode: str = "default"  # hf_static, with compile: torch.compile's mode for that work; "max-autotune-no-cudagraphs" lets Inductor time its Triton GEMM templates against cuBLAS for the decode's skinny matmuls (minutes more compile; the engine captures its own CUDA graph, so no mode with cudagraphs)
+    decode_linear: str = "torch"  # hf_static: the layers' matmuls at decode; "torch" (F.linear: cuBLAS), "triton" (a split-K kernel that spreads a skinny matmul's weight over every SM: triton_decode_linear.py)
     decode_attention: str = "auto"  # hf_static: "triton" (one split-K kernel reading only the cache columns a row attends), "matmul" (batched matmuls over the bucket with a mask), "auto" (triton on CUDA when it imports, else matmul)
     gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory for weights and KV cache
     tensor_parallel_size: int = 1  # vllm: GPUs per engine
@@ -290,7 +291,7 @@ NOT_TRAINING = (
     "rollout.val_greedy", "rollout.val_temperature",
     # engine and memory knobs: the same episodes, faster or slower
     "rollout.device", "rollout.max_batch_size", "rollout.max_model_len", "rollout.cuda_graph", "rollout.compile",
-    "rollout.compile_mode", "rollout.decode_attention",
+    "rollout.compile_mode", "rollout.decode_attention", "rollout.decode_linear",
     "rollout.gpu_memory_utilization", "rollout.tensor_parallel_size", "rollout.enforce_eager",
     "rollout.enable_sleep_mode", "rollout.sleep_level", "model.gradient_checkpointing", "model.compile",
 )

@@ -71,6 +71,7 @@ def build_rollout(cfg: Any, model: Any = None, tokenizer: Any = None) -> Rollout
                              cuda_graph=bool(_get(cfg, "cuda_graph", True)),
                              compile=bool(_get(cfg, "compile", False)),
                              compile_mode=str(_get(cfg, "compile_mode", "default")),
+                             decode_linear=str(_get(cfg, "decode_linear", "torch")),
                              decode_attention=str(_get(cfg, "decode_attention", "auto")), **common)
     if name == "vllm":
         from .vllm_rollout import VLLMRollout

@@ -109,12 +109,12 @@ def sample_and_logprob(logits: torch.Tensor, u: torch.Tensor, sampling: Sampling
     return tok, picked - m - mass.sum(-1, keepdim=True).log()
 
 
-def pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_heads: int):
+def pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_heads: int, linear=F.linear):
     """Norm, fused q|k|v projection, rotary on q and k. h: (rows, T, hidden); cos/sin: (rows, T, 1, D).
 
     Returns q (rows, heads, T, D) and k, v (rows, kv_heads, T, D)."""
     rows, T, _ = h.shape
-    qkv = F.linear(F.rms_norm(h, h.shape[-1:], norm_w, eps), qkv_w, qkv_b)
+    qkv = linear(F.rms_norm(h, h.shape[-1:], norm_w, eps), qkv_w, qkv_b)
     qkv = qkv.view(rows, T, heads + 2 * kv_heads, -1)  # (rows, T, heads + 2 kv, D)
     D = qkv.shape[-1]
     qk = qkv[:, :, :heads + kv_heads]  # rotary on queries and keys at once
@@ -123,10 +123,10 @@ def pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_
 
 
 def qk_norm_pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_heads: int, q_norm_w,
-                          k_norm_w):
+                          k_norm_w, linear=F.linear):
     """Qwen3: as pre_attention, with an RMSNorm over each query and key head before the rotary."""
     rows, T, _ = h.shape
-    qkv = F.linear(F.rms_norm(h, h.shape[-1:], norm_w, eps), qkv_w, qkv_b).view(rows, T, heads + 2 * kv_heads, -1)
+    qkv = linear(F.rms_norm(h, h.shape[-1:], norm_w, eps), qkv_w, qkv_b).view(rows, T, heads + 2 * kv_heads, -1)
     D = qkv.shape[-1]
     qk = torch.cat([F.rms_norm(qkv[:, :, :heads], (D,), q_norm_w, eps),
                     F.rms_norm(qkv[:, :, heads:heads + kv_heads], (D,), k_norm_w, eps)], dim=2)
@@ -134,12 +134,12 @@ def qk_norm_pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: 
     return qk[:, :, :heads].transpose(1, 2), qk[:, :, heads:].transpose(1, 2), qkv[:, :, heads + kv_heads:].transpose(1, 2)
 
 
-def post_attention(h, o, o_w, o_b, norm_w, eps: float, gate_up_w, gate_up_b, down_w, down_b):
+def post_attention(h, o, o_w, o_b, norm_w, eps: float, gate_up_w, gate_up_b, down_w, down_b, linear=F.linear):
     """Output projection + residual, then the SiLU-gated MLP + residual. o: (rows, heads, T, D)."""
     rows, heads, T, D = o.shape
-    h = h + F.linear(o.transpose(1, 2).reshape(rows, T, heads * D), o_w, o_b)
-    gate, up = F.linear(F.rms_norm(h, h.shape[-1:], norm_w, eps), gate_up_w, gate_up_b).chunk(2, dim=-1)
-    return h + F.linear(F.silu(gate) * up, down_w, down_b)
+    h = h + linear(o.transpose(1, 2).reshape(rows, T, heads * D), o_w, o_b)
+    gate, up = linear(F.rms_norm(h, h.shape[-1:], norm_w, eps), gate_up_w, gate_up_b).chunk(2, dim=-1)
+    return h + linear(F.silu(gate) * up, down_w, down_b)
 
 
 def gemma_norm(x, w, eps: float):
@@ -148,10 +148,11 @@ def gemma_norm(x, w, eps: float):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.float())).type_as(x)
 
 
-def gemma_pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_heads: int, q_norm_w, k_norm_w):
+def gemma_pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: int, kv_heads: int, q_norm_w, k_norm_w,
+                        linear=F.linear):
     """Gemma 3: norm, fused q|k|v projection, per-head norms of q and k, rotary. Shapes as pre_attention."""
     rows, T, _ = h.shape
-    qkv = F.linear(gemma_norm(h, norm_w, eps), qkv_w, qkv_b).view(rows, T, heads + 2 * kv_heads, -1)
+    qkv = linear(gemma_norm(h, norm_w, eps), qkv_w, qkv_b).view(rows, T, heads + 2 * kv_heads, -1)
     D = qkv.shape[-1]
     qk = torch.cat([gemma_norm(qkv[:, :, :heads], q_norm_w, eps),
                     gemma_norm(qkv[:, :, heads:heads + kv_heads], k_norm_w, eps)], dim=2)
@@ -160,12 +161,12 @@ def gemma_pre_attention(h, norm_w, eps: float, qkv_w, qkv_b, cos, sin, heads: in
 
 
 def gemma_post_attention(h, o, o_w, o_b, eps: float, post_attn_w, pre_ff_w, post_ff_w, gate_up_w, gate_up_b,
-                         down_w, down_b):
+                         down_w, down_b, linear=F.linear):
     """Gemma 3: output projection, its own norm, residual; then norm, GELU(tanh)-gated MLP, norm, residual."""
     rows, heads, T, D = o.shape
-    h = h + gemma_norm(F.linear(o.transpose(1, 2).reshape(rows, T, heads * D), o_w, o_b), post_attn_w, eps)
-    gate, up = F.linear(gemma_norm(h, pre_ff_w, eps), gate_up_w, gate_up_b).chunk(2, dim=-1)
-    return h + gemma_norm(F.linear(F.gelu(gate, approximate="tanh") * up, down_w, down_b), post_ff_w, eps)
+    h = h + gemma_norm(linear(o.transpose(1, 2).reshape(rows, T, heads * D), o_w, o_b), post_attn_w, eps)
+    gate, up = linear(gemma_norm(h, pre_ff_w, eps), gate_up_w, gate_up_b).chunk(2, dim=-1)
+    return h + gemma_norm(linear(F.gelu(gate, approximate="tanh") * up, down_w, down_b), post_ff_w, eps)
 
 
 def matmul_decode_attention(q, k, v, bias, scaling: float):
@@ -183,6 +184,7 @@ def matmul_decode_attention(q, k, v, bias, scaling: float):
 DECODE_ATTENTION = ("auto", "triton", "matmul")
 # torch.compile modes without CUDA graphs: the engine captures its own graph around the whole step
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+DECODE_LINEAR = ("torch", "triton")
 
 
 def resolve_decode_attention(choice: str, device: torch.device) -> str:
@@ -208,7 +210,7 @@ class StaticRollout(HFRollout):
     def __init__(self, model, tokenizer, device="cpu", dtype=None, max_batch_size: int = 256,
                  max_model_len: int = 4096, eos_token_ids=None, cuda_graph: bool = True, chunk: int = 16,
                  prefill_tokens: int = 32768, compile: bool = False, decode_attention: str = "auto",
-                 compile_mode: str = "default"):
+                 compile_mode: str = "default", decode_linear: str = "torch"):
         cfg = model.config
         if cfg.model_type not in SUPPORTED_TYPES:
             raise ValueError(f"StaticRollout supports model_type {SUPPORTED_TYPES}, got {cfg.model_type!r}; "
@@ -250,6 +252,13 @@ class StaticRollout(HFRollout):
         wrap = functools.partial(torch.compile, mode=compile_mode) if compile else (lambda f: f)
         pre, post = (gemma_pre_attention, gemma_post_attention) if self.gemma else (pre_attention, post_attention)
         pre = qk_norm_pre_attention if self.qk_norm else pre
+        if decode_linear not in DECODE_LINEAR:
+            raise ValueError(f"rollout.decode_linear must be one of {DECODE_LINEAR}, got {decode_linear!r}")
+        if decode_linear == "triton":  # the layers' matmuls; the LM head already streams near the bandwidth
+            from . import triton_decode_linear  # noqa: F401  registers torch.ops.verl.decode_linear
+            pre = functools.partial(pre, linear=torch.ops.verl.decode_linear)
+            post = functools.partial(post, linear=torch.ops.verl.decode_linear)
+        self.decode_linear = decode_linear
         self._pre, self._post, self._attn = wrap(pre), wrap(post), wrap(matmul_decode_attention)
         self._sums = wrap(block_sums)
         # Gemma 3 alternates sliding-window layers (they see the last `window` positions) with full ones
