@@ -58,8 +58,8 @@ class RolloutConfig:
     max_model_len: Optional[int] = None  # hf_static cache columns per row / vllm context; null: data.max_prompt_length + max_response_length + response_length (the longest context a turn can see)
     cuda_graph: bool = True  # hf_static: replay the decode step as a CUDA graph (false: eager, for debugging)
     compile: bool = False  # hf_static: torch.compile the per-layer work around the matmuls and the sampler; compiles once, ~15 s on a GPU
-    compile_mode: str = "default"  # hf_static, with compile: torch.compile's mode for that work; "max-autotune-no-cudagraphs" lets Inductor time its Triton GEMM templates against cuBLAS for the decode's skinny matmuls (minutes more compile; the engine captures its own CUDA graph, so no mode with cudagraphs)
-    decode_linear: str = "torch"  # hf_static: the layers' matmuls at decode; "torch" (F.linear: cuBLAS), "triton" (a split-K kernel that spreads a skinny matmul's weight over every SM: triton_decode_linear.py)
+    compile_mode: str = "default"  # hf_static, with compile: torch.compile's mode for that work; "max-autotune-no-cudagraphs" lets Inductor time its Triton GEMM templates against cuBLAS for the decode's skinny matmuls (slower at Qwen2.5's shapes on an H200, 3B step 5.14 -> 5.50 ms, and a 90 s first call: docs/results/h200/decode_s7; the engine captures its own CUDA graph, so no mode with cudagraphs)
+    decode_linear: str = "torch"  # hf_static: the layers' matmuls at decode; "torch" (F.linear: cuBLAS), "triton" (a split-K kernel that spreads a skinny matmul's weight over every SM: triton_decode_linear.py; slower than cuBLAS at Qwen2.5's shapes on an H200, 3B step 5.14 -> 6.19 ms: docs/results/h200/decode_s7)
     decode_attention: str = "auto"  # hf_static: "triton" (one split-K kernel reading only the cache columns a row attends), "matmul" (batched matmuls over the bucket with a mask), "auto" (triton on CUDA when it imports, else matmul)
     gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory for weights and KV cache
     tensor_parallel_size: int = 1  # vllm: GPUs per engine

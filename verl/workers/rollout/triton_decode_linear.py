@@ -6,6 +6,8 @@ and the weight streams at ~1 TB/s of the H200's 4.8 (docs/results/h200/decode_s7
 narrow column blocks and the reduction dimension into `split` slices, so that about TARGET_PROGRAMS programs
 each stream their own piece of the weight; the slices' fp32 partial sums are added (with the bias) by a second
 small kernel. Wrapped as a custom op so that torch.compile'd layer functions call it as one opaque node.
+Measured slower than cuBLAS at Qwen2.5's shapes on an H200 (the partial sums move about as many bytes as the
+weight: docs/results/h200/decode_s7), so it is an option, not the default.
 """
 from __future__ import annotations
 
