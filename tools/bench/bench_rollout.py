@@ -225,7 +225,7 @@ def main() -> None:
         if args.linear:
             from verl.workers.rollout import triton_decode_linear
             setting = best_tile(args.linear_tiles, shape) if args.linear_tiles else None
-            triton_decode_linear.TILE.update(setting or {})
+            triton_decode_linear.TILE = {**triton_decode_linear.DEFAULT_TILE, **(setting or {})}  # this shape's
             name = ("compiled" if args.compile else "static") + "+linear"
             fasts[name] = StaticRollout(model, _Tok(), compile=args.compile, decode_attention=args.attention[0],
                                         decode_linear="triton", **opts)

@@ -74,8 +74,7 @@ def rollout_config(cfg: DictConfig) -> dict:
     out = {"name": r.name, "max_batch_size": r.max_batch_size, "tensor_parallel_size": r.tensor_parallel_size,
            "gpu_memory_utilization": r.gpu_memory_utilization, "seed": cfg.trainer.seed,
            "cuda_graph": r.cuda_graph, "compile": r.compile, "compile_mode": r.compile_mode,
-           "decode_linear": r.decode_linear,
-           "decode_attention": r.decode_attention,
+           "decode_linear": r.decode_linear, "decode_attention": r.decode_attention,
            "enforce_eager": r.enforce_eager, "device": r.device,
            "max_model_len": r.max_model_len or cfg.data.max_prompt_length + r.max_response_length + r.response_length}
     if isinstance(cfg.model.path, str):  # vLLM starts from the checkpoint, then gets the actor's weights

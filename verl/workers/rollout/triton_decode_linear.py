@@ -19,9 +19,10 @@ BLOCK_N = 64            # output columns per program
 BLOCK_K = 128           # reduction step
 TARGET_PROGRAMS = 264   # about two programs per SM of an H100 / H200
 MAX_ROWS = 128          # above this a GEMM is no longer a decode GEMM: F.linear
+DEFAULT_TILE = dict(block_n=BLOCK_N, block_k=BLOCK_K, target=TARGET_PROGRAMS, num_warps=4, num_stages=3)
 # the setting the custom op runs with (tools/bench/bench_decode_gemm.py sweeps it; bench_rollout --linear-tiles
 # sets it from that sweep)
-TILE = dict(block_n=BLOCK_N, block_k=BLOCK_K, target=TARGET_PROGRAMS, num_warps=4, num_stages=3)
+TILE = dict(DEFAULT_TILE)
 
 
 @triton.jit
@@ -70,7 +71,7 @@ def plan(M: int, N: int, K: int, block_n: int = BLOCK_N, block_k: int = BLOCK_K,
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, block_n: int = BLOCK_N,
            block_k: int = BLOCK_K, target: int = TARGET_PROGRAMS, num_warps: int = 4,
            num_stages: int = 3) -> torch.Tensor:
-    """x @ w.T + b. x: (..., K) with at most MAX_ROWS rows; w: (N, K), contiguous."""
+    """x @ w.T + b. x: (..., K); w: (N, K), contiguous. Built for decode's few rows (the custom op's MAX_ROWS)."""
     *lead, K = x.shape
     N = w.shape[0]
     x2 = x.reshape(-1, K).contiguous()
