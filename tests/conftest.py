@@ -1,4 +1,5 @@
 """Fixtures shared by the test modules."""
+import importlib
 import os
 
 # Triton kernels (rollout.decode_attention=triton) run in Triton's interpreter on these CPU machines; it must
@@ -35,3 +36,18 @@ def trained_router(tmp_path_factory):
     from serve_fixture import build_trained_router
 
     return build_trained_router(tmp_path_factory.mktemp("router") / "hf")
+
+
+def require_triton():
+    """triton, or a skip where it is missing; under CI (.ci/run installs it) a missing triton fails instead, so
+    the kernels' tests never skip there."""
+    if os.environ.get("CI") == "true":
+        import triton
+        return triton
+    return pytest.importorskip("triton")
+
+
+def interpreted_kernel(module: str):
+    """A Triton kernel module, imported with the interpreter on (set above, before anything imports triton)."""
+    assert os.environ.get("TRITON_INTERPRET") == "1", "conftest.py turns Triton's interpreter on"
+    return importlib.import_module(module)

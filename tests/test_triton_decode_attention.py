@@ -5,29 +5,25 @@ the same program, indexing and masks as on the GPU, executed with numpy. The GPU
 log-prob check against a teacher-forced forward are tools/bench/bench_rollout.py's.
 """
 import asyncio
-import importlib
-import os
 
 import pytest
 import torch
 
+from conftest import interpreted_kernel, require_triton
 from test_rollout_hf import naive_greedy, prompts_of
 from tiny import tiny_model
 from verl.workers.rollout import SamplingParams, build_rollout
 from verl.workers.rollout.slot_rollout import SlotRollout
 from verl.workers.rollout.static_rollout import StaticRollout, matmul_decode_attention, resolve_decode_attention
 
-if os.environ.get("CI") == "true":
-    import triton  # noqa: F401  CI installs it (.ci/run): the kernel's tests must not skip there
-triton = pytest.importorskip("triton")
+triton = require_triton()
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    assert os.environ.get("TRITON_INTERPRET") == "1", "conftest.py turns Triton's interpreter on"
-    return importlib.import_module("verl.workers.rollout.triton_decode_attention")
+    return interpreted_kernel("verl.workers.rollout.triton_decode_attention")
 
 
 def _reference(q, kc, vc, lengths, pos, width, col, span, scaling, window):

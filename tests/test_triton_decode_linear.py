@@ -1,24 +1,23 @@
 """The split-K decode GEMM (rollout.decode_linear=triton) against F.linear, on CPU in Triton's interpreter
 (TRITON_INTERPRET=1, set by conftest.py): the same program, slices, masks and partial sums as on the GPU.
 Its speed is tools/bench/bench_decode_gemm.py's, on a GPU."""
-import importlib
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-if os.environ.get("CI") == "true":
-    import triton  # noqa: F401  CI installs it (.ci/run): the kernel's tests must not skip there
-triton = pytest.importorskip("triton")
+from conftest import interpreted_kernel, require_triton
+from test_rollout_hf import prompts_of
+from tiny import tiny_model
+from verl.workers.rollout import SamplingParams, build_rollout
+
+triton = require_triton()
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    assert os.environ.get("TRITON_INTERPRET") == "1", "conftest.py turns Triton's interpreter on"
-    return importlib.import_module("verl.workers.rollout.triton_decode_linear")
+    return interpreted_kernel("verl.workers.rollout.triton_decode_linear")
 
 
 # (rows, in, out, bias, target programs): several slices with a ragged last one, one slice (the direct path),
@@ -56,9 +55,6 @@ def test_the_custom_op_keeps_leading_dims_and_hands_long_inputs_to_f_linear(kern
 
 @pytest.mark.parametrize("kind", ["qwen2", "gemma3"])
 def test_static_rollout_decodes_the_same_tokens_with_the_kernel(kernel, tok, kind, monkeypatch):
-    from test_rollout_hf import prompts_of
-    from tiny import tiny_model
-    from verl.workers.rollout import SamplingParams, build_rollout
     model = tiny_model(len(tok), kind=kind, seed=22)
     prompts = prompts_of(tok)
     sp = SamplingParams(greedy=True, max_new_tokens=12, return_logprobs=True)

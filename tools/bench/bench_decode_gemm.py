@@ -69,9 +69,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     mode = "default" if args.tiny else "max-autotune-no-cudagraphs"
     tol = 1e-4 if args.tiny else 2e-2
     settings = sweep(args.tiny)
+    paths = ["cublas", "splitk"] + (["autotuned"] if args.autotune else [])
     results = []
     for shape in args.shape:
-        paths = ["cublas", "splitk"] + (["autotuned"] if args.autotune else [])
         step = {name: 0.0 for name in paths + ["floor"]}
         per_setting = [0.0] * len(settings)  # a step's split-K time at each setting (a mismatch: cuBLAS's time)
         for name, k, n, calls in gemms(shape):
