@@ -1,0 +1,93 @@
+"""tools/analysis/route_probs: each listed name's probability where a trajectory routes, against a direct forward."""
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from tiny import tiny_model, tiny_tokenizer
+from tools.analysis import route_probs
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+NAMES = ["Qwen2.5-7B-Instruct", "LLaMA-3.1-8B-Instruct", "Mistral-7B-Instruct"]
+
+
+def direct_log_prob(model, tok, prefix: str, name: str, shared: int) -> float:
+    """log P(name | prefix) from one unpadded forward of prefix + name, scored after `shared` tokens."""
+    ids = tok(prefix + name, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logp = model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)  # (len, V)
+    return sum(float(logp[i - 1, ids[i]]) for i in range(shared, len(ids)))
+
+
+def test_name_log_probs_match_a_direct_forward_for_multi_token_names():
+    tok = tiny_tokenizer()  # the names are several BPE pieces each; the trailing space merges into them
+    model = tiny_model(len(tok), seed=3).eval()
+    prefix = "<think>A science fact. Ask "
+    got = route_probs.name_log_probs(model, tok, prefix, NAMES)
+    seqs = [tok(prefix + n, add_special_tokens=False)["input_ids"] for n in NAMES]
+    shared = next(i for i in range(min(map(len, seqs))) if len({s[i] for s in seqs}) > 1)  # where they part
+    assert shared < len(tok(prefix, add_special_tokens=False)["input_ids"])  # the space merged into the names
+    for name, lp in zip(NAMES, got):
+        assert lp == pytest.approx(direct_log_prob(model, tok, prefix, name, shared), abs=1e-4)
+
+
+def test_whole_token_names_get_the_next_token_softmax_restricted_to_them():
+    tok = tiny_tokenizer(extra_tokens=NAMES)
+    model = tiny_model(len(tok), seed=4).eval()
+    prefix = "<think>A people fact. Ask "
+    lp = route_probs.name_log_probs(model, tok, prefix, NAMES)
+    ids = tok(prefix, add_special_tokens=False)["input_ids"]
+    name_ids = [tok.convert_tokens_to_ids(n) for n in NAMES]
+    with torch.no_grad():
+        nxt = model(input_ids=torch.tensor([ids])).logits[0, -1].float().softmax(-1)[name_ids]  # (3,)
+    want = (nxt / nxt.sum()).tolist()
+    got = torch.tensor(lp).softmax(-1).tolist()
+    assert got == pytest.approx(want, abs=1e-5)
+
+
+def trajectory(uid: str) -> dict:
+    hop1 = "<think>A people fact. Ask Mistral-7B-Instruct.</think><search>Mistral-7B-Instruct: Who mentored Ada?</search>"
+    info = "\n\n<information>Bo. Ada was mentored by Bo.</information>\n\n"
+    hop2 = "<think>Got Bo. A geography fact. Ask LLaMA-3.1-8B-Instruct.</think><search>LLaMA-3.1-8B-Instruct: Where was Bo born?</search>"
+    return {"run": "SFT router", "uid": uid, "text": hop1 + info + hop2 + info + "<answer>Oslo</answer>",
+            "turns": [{"generated": hop1, "action": "route", "model": "Mistral-7B-Instruct", "domain": "people"},
+                      {"generated": hop2, "action": "route", "model": "LLaMA-3.1-8B-Instruct", "domain": "geography"},
+                      {"generated": "<answer>Oslo</answer>", "action": "answer", "model": None}]}
+
+
+def test_route_points_find_each_routed_name_in_the_text():
+    t = trajectory("q0")
+    points = route_probs.route_points(t)
+    assert [(m, d) for _, m, d in points] == [("Mistral-7B-Instruct", "people"), ("LLaMA-3.1-8B-Instruct", "geography")]
+    for offset, model, _ in points:
+        assert t["text"][offset:offset + len(model)] == model
+    assert t["text"][:points[1][0]].endswith("A geography fact. Ask ")
+
+
+def test_main_writes_a_table_whose_rows_sum_to_one(tmp_path):
+    tok = tiny_tokenizer(extra_tokens=NAMES)
+    ckpt = tmp_path / "hf"
+    tiny_model(len(tok), seed=5).save_pretrained(ckpt)
+    tok.save_pretrained(ckpt)
+    rows = [{"data_source": "sim_2hop", "prompt": [{"role": "user", "content": f"Question {i}"}],
+             "extra_info": {"uid": f"q{i}"}} for i in range(2)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "test.parquet")
+    (tmp_path / "traj.jsonl").write_text("".join(json.dumps(trajectory(f"q{i}")) + "\n" for i in range(2)))
+    out = tmp_path / "probs.md"
+    assert route_probs.main(["--checkpoint", str(ckpt), "--data", str(tmp_path / "test.parquet"), "--trajectories",
+                             str(tmp_path / "traj.jsonl"), "--out", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    records = json.loads((tmp_path / "r.json").read_text())
+    assert len(records) == 4 and {r["domain"] for r in records} == {"people", "geography"}
+    for r in records:
+        assert sum(r["probs"].values()) == pytest.approx(1.0)
+    people = [line for line in out.read_text().splitlines() if line.startswith("| people |")]
+    assert len(people) == 1 and people[0].split("|")[2].strip() == "2"
+
+
+def test_a_uid_missing_from_the_data_is_an_error_naming_it(tmp_path):
+    tok = tiny_tokenizer(extra_tokens=NAMES)
+    model = tiny_model(len(tok), seed=6).eval()
+    with pytest.raises(SystemExit, match="uid q9"):
+        route_probs.probe(model, tok, {"q0": "p"}, [trajectory("q9")], NAMES)

@@ -1,0 +1,135 @@
+"""How sure a router is of its routes: the policy's probability of each listed model's name at the point where a
+greedy trajectory names one, averaged per hop domain.
+
+    python -m tools.analysis.route_probs --checkpoint RUN/hf --data RUN/data/test.parquet \
+        --trajectories RUN/eval/trajectories.jsonl [--run NAME] [--pool configs/pool/sim.yaml] [--out probs.md]
+
+A greedy routing table (routing_vs_accuracy) counts each hop's argmax, so a flat distribution with a small lead
+looks there like a learned rule. Here each route of the chosen run's trajectories is replayed: the prompt (from the
+data file, by uid) and the trajectory's text up to the routed name, then every listed name scored as a continuation
+(the sum of its tokens' log-probs) and normalised over the listed names. The text is re-tokenized whole, so where a
+tokenizer merges across the pieces a rollout joined, the context differs from the rollout's by those merges.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+from router_r1.pool.registry import ModelRegistry
+
+
+def name_log_probs(model, tok, prefix: str, names: list[str]) -> list[float]:
+    """log P(name | prefix) for each name: one forward over the candidates, scoring the tokens after their shared
+    start (so a name whose first tokens merge with the prefix is scored from where the candidates part)."""
+    seqs = [tok(prefix + n, add_special_tokens=False)["input_ids"] for n in names]
+    shared = 0
+    while all(len(s) > shared + 1 for s in seqs) and len({s[shared] for s in seqs}) == 1:
+        shared += 1
+    width = max(len(s) for s in seqs)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])  # (C, width)
+    attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])  # (C, width)
+    with torch.no_grad():
+        logp = model(input_ids=ids, attention_mask=attn).logits.float().log_softmax(-1)  # (C, width, V)
+    out = []
+    for c, s in enumerate(seqs):
+        pos = torch.arange(shared, len(s))
+        out.append(float(logp[c, pos - 1, torch.tensor(s[shared:])].sum()))
+    return out
+
+
+def route_points(traj: dict) -> list[tuple[int, str, str | None]]:
+    """(character offset in traj['text'] where the routed name starts, the model, the hop's domain) per route."""
+    points, at = [], 0
+    for turn in traj.get("turns", []):
+        gen = turn.get("generated") or ""
+        start = traj["text"].find(gen, at)
+        if start < 0:
+            break
+        at = start + len(gen)
+        if turn.get("action") == "route" and turn.get("model"):
+            name_at = gen.find(turn["model"])
+            if name_at >= 0:
+                points.append((start + name_at, turn["model"], turn.get("domain")))
+    return points
+
+
+def probe(model, tok, prompts: dict[str, str], trajectories: list[dict], names: list[str]) -> list[dict]:
+    """One record per replayed route: domain, the model the trajectory named, and P(name) over the listed names."""
+    records = []
+    for traj in trajectories:
+        prompt = prompts.get(traj["uid"])
+        if prompt is None:
+            raise SystemExit(f"route_probs: uid {traj['uid']} of the trajectories is not in the data file")
+        for offset, chosen, domain in route_points(traj):
+            lp = name_log_probs(model, tok, prompt + traj["text"][:offset], names)
+            mass = sum(math.exp(x) for x in lp)
+            records.append({"uid": traj["uid"], "domain": domain, "chosen": chosen, "mass": mass,
+                            "probs": {n: math.exp(x) / mass for n, x in zip(names, lp)}})
+    return records
+
+
+def table(records: list[dict], names: list[str]) -> str:
+    """Markdown: per domain, the mean probability of each listed name, and how much of it the chosen name had."""
+    by: dict[str, list[dict]] = {}
+    for r in records:
+        by.setdefault(r["domain"] or "-", []).append(r)
+    lines = ["| domain | hops | " + " | ".join(names) + " | P(chosen) | listed names' mass |",
+             "|---|---|" + "---|" * len(names) + "---|---|"]
+    for domain in sorted(by):
+        rs = by[domain]
+        mean = [sum(r["probs"][n] for r in rs) / len(rs) for n in names]
+        chosen = sum(r["probs"][r["chosen"]] for r in rs if r["chosen"] in r["probs"]) / len(rs)
+        mass = sum(r["mass"] for r in rs) / len(rs)
+        lines.append(f"| {domain} | {len(rs)} | " + " | ".join(f"{m:.2f}" for m in mean) + f" | {chosen:.2f} | {mass:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoint", type=Path, required=True, help="the HF model dir whose route probabilities to read")
+    ap.add_argument("--data", type=Path, required=True, help="the parquet the trajectories were evaluated on (prompts by uid)")
+    ap.add_argument("--trajectories", type=Path, required=True, help="trajectories.jsonl of an evaluation")
+    ap.add_argument("--run", default=None, help="which run's trajectories to replay (default: the file's first run)")
+    ap.add_argument("--pool", type=Path, default=None, help="pool yaml whose listed models are scored (default: the names the trajectories routed to)")
+    ap.add_argument("--limit", type=int, default=0, help="replay at most this many trajectories (0: all)")
+    ap.add_argument("--out", type=Path, default=None, help="write the table (markdown) here as well as to stdout")
+    ap.add_argument("--json", type=Path, default=None, help="write every replayed route's probabilities here")
+    args = ap.parse_args(argv)
+
+    import pandas as pd
+    from transformers import AutoModelForCausalLM
+
+    from verl.utils.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(str(args.checkpoint))
+    model = AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
+    frame = pd.read_parquet(args.data)
+    prompts = {row.extra_info["uid"]: tok.apply_chat_template(list(row.prompt), add_generation_prompt=True, tokenize=False)
+               for row in frame.itertuples()}
+    trajs = [json.loads(line) for line in args.trajectories.read_text().splitlines() if line.strip()]
+    run = args.run or (trajs[0]["run"] if trajs else None)
+    trajs = [t for t in trajs if t["run"] == run][: args.limit or None]
+    if not trajs:
+        raise SystemExit(f"route_probs: no trajectories of run {run!r} in {args.trajectories}")
+    if args.pool:
+        names = list(ModelRegistry.from_yaml(args.pool).seen().models)
+    else:
+        names = sorted({p[1] for t in trajs for p in route_points(t)})
+    records = probe(model, tok, prompts, trajs, names)
+    text = f"{args.checkpoint}, routes of {run!r}: {len(records)}\n\n" + table(records, names)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
