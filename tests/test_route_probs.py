@@ -86,6 +86,12 @@ def test_main_writes_a_table_whose_rows_sum_to_one(tmp_path):
     assert len(people) == 1 and people[0].split("|")[2].strip() == "2"
 
 
+def test_names_with_no_prefix_before_them_are_refused():
+    tok = tiny_tokenizer(extra_tokens=NAMES)
+    with pytest.raises(ValueError, match="non-empty prefix"):
+        route_probs.name_log_probs(tiny_model(len(tok), seed=7).eval(), tok, "", NAMES)
+
+
 def test_a_uid_missing_from_the_data_is_an_error_naming_it(tmp_path):
     tok = tiny_tokenizer(extra_tokens=NAMES)
     model = tiny_model(len(tok), seed=6).eval()

@@ -30,6 +30,8 @@ def name_log_probs(model, tok, prefix: str, names: list[str]) -> list[float]:
     shared = 0
     while all(len(s) > shared + 1 for s in seqs) and len({s[shared] for s in seqs}) == 1:
         shared += 1
+    if shared == 0:
+        raise ValueError("route_probs: the names part at the first token; score them after a non-empty prefix")
     width = max(len(s) for s in seqs)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])  # (C, width)
