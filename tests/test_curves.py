@@ -14,7 +14,7 @@ ROWS = ([{"step": 0, "val/em/mean": 0.79, "val/reward/mean": 0.74, "val/n": 100}
            {"step": 20, "val/em/mean": 0.85, "val/reward/mean": 0.81, "val/n": 100},
            {"step": 30, "val/em/mean": 0.81, "val/reward/mean": 0.78, "val/n": 100}])
 KEYS = ["reward/mean", "val/reward/mean", "em/mean", "val/em/mean", "actor/pg_loss"]
-LABELS = {"train_label": "train: sampled at T 0.7", "val_label": "val: greedy"}
+LABELS = {"train_label": "train: sampled at T 0.5", "val_label": "val: greedy"}
 
 
 def legend_texts(fig) -> list[str]:
@@ -37,10 +37,10 @@ def test_a_metric_and_its_val_twin_share_a_panel():
 def test_the_figure_says_how_each_curve_was_decoded_and_which_model_is_exported():
     fig = curves_figure(ROWS, KEYS, "embedded", **LABELS)
     texts = legend_texts(fig)
-    assert texts == ["train: sampled at T 0.7", "val: greedy", "val 95% CI (Wilson, n=100)",
+    assert texts == ["train: sampled at T 0.5", "val: greedy", "val 95% CI (Wilson, n=100)",
                      "best val 0.850 (step 10)", "exported: last step (30)"]
     title = fig._suptitle.get_text()
-    assert title.startswith("embedded\ntrain: sampled at T 0.7 | val: greedy")
+    assert title.startswith("embedded\ntrain: sampled at T 0.5 | val: greedy")
     assert "exported model is the last step's" in title
     em = next(ax for ax in fig.axes if ax.get_title() == "em/mean: train and val")
     band = next(c for c in em.collections if c.get_label().startswith("val 95% CI"))
