@@ -8,7 +8,9 @@ A greedy routing table (routing_vs_accuracy) counts each hop's argmax, so a flat
 looks there like a learned rule. Here each route of the chosen run's trajectories is replayed: the prompt (from the
 data file, by uid) and the trajectory's text up to the routed name, then every listed name scored as a continuation
 (the sum of its tokens' log-probs) and normalised over the listed names. The text is re-tokenized whole, so where a
-tokenizer merges across the pieces a rollout joined, the context differs from the rollout's by those merges.
+tokenizer merges across the pieces a rollout joined, the context differs from the rollout's by those merges. A route
+is replayed at the first place its turn writes the routed model's listed name (the think's "Ask X" where there is
+one); a route written with an alias only is left out.
 """
 from __future__ import annotations
 
