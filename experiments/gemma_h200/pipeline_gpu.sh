@@ -34,7 +34,7 @@ ALPHA=${ALPHA:-0.6}
 # The GPU recipe's own sampling temperature: configs/embedded.yaml's 0.5 was measured for the embedded policy only;
 # from Gemma's warm start at 0.5 the alpha-0 run fell apart at step 18 (docs/results/h200/pipeline_gemma_s10)
 TEMPERATURE=${TEMPERATURE:-0.7}
-MICRO=${MICRO:-}   # rows per forward/backward in the updates (empty: BATCH / 2; an 80 GB card needs 8 for two runs side by side)
+MICRO=${MICRO:-}   # rows per forward/backward in the updates (empty: BATCH / 2; on an 80 GB card 32 ran out of memory with two runs side by side, 8 fitted)
 BATCH=${BATCH:-64}
 IN_FLIGHT=${IN_FLIGHT:-$((BATCH * 2))}   # rollout.in_flight: prompts in play, streaming (0: sync on-policy)
 EVAL_LIMIT=${EVAL_LIMIT:-500}
