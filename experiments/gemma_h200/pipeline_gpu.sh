@@ -34,8 +34,8 @@ ALPHA=${ALPHA:-0.6}
 # The GPU recipe's own sampling temperature: configs/embedded.yaml's 0.5 was measured for the embedded policy only;
 # from Gemma's warm start at 0.5 the alpha-0 run fell apart at step 18 (docs/results/h200/pipeline_gemma_s10)
 TEMPERATURE=${TEMPERATURE:-0.7}
-MICRO=${MICRO:-}   # rows per forward/backward in the updates (empty: BATCH / 2; on an 80 GB card 32 ran out of memory with two runs side by side, 8 fitted)
 BATCH=${BATCH:-64}
+MICRO=${MICRO:-$((BATCH / 2))}   # rows per forward/backward in the updates (on an 80 GB card 32 ran out of memory with two runs side by side, 8 fitted)
 IN_FLIGHT=${IN_FLIGHT:-$((BATCH * 2))}   # rollout.in_flight: prompts in play, streaming (0: sync on-policy)
 EVAL_LIMIT=${EVAL_LIMIT:-500}
 MODEL=${MODEL:-'{"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 2048, "tie_word_embeddings": true, "rope_theta": 10000.0}'}
@@ -67,8 +67,8 @@ ppo() {  # $1 = alpha, $2 = output dir
     "data.prompt_template=$OUT/oracle/prompt_template.txt" \
     rollout.name="$ROLLOUT" rollout.max_batch_size=$((IN_FLIGHT > 2 * BATCH ? IN_FLIGHT : 2 * BATCH)) \
     rollout.in_flight="$IN_FLIGHT" trainer.max_staleness=1 \
-    actor.lr="$ACTOR_LR" actor.ppo_mini_batch_size=$((BATCH / 2)) actor.ppo_micro_batch_size="${MICRO:-$((BATCH / 2))}" \
-    critic.lr=1e-4 critic.ppo_mini_batch_size=$((BATCH / 2)) critic.ppo_micro_batch_size="${MICRO:-$((BATCH / 2))}" \
+    actor.lr="$ACTOR_LR" actor.ppo_mini_batch_size=$((BATCH / 2)) actor.ppo_micro_batch_size="$MICRO" \
+    critic.lr=1e-4 critic.ppo_mini_batch_size=$((BATCH / 2)) critic.ppo_micro_batch_size="$MICRO" \
     rollout.temperature="$TEMPERATURE" \
     env.pool_url="$URL" env.alpha="$1" trainer.total_steps="$STEPS" trainer.test_freq=10 trainer.dump_rollouts=8 \
     trainer.output_dir="$2" trainer.experiment_name="gpu_alpha$1" $PPO_FLAGS > "$2.log" 2>&1

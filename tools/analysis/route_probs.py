@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", type=Path, required=True, help="the HF model dir whose route probabilities to read")
     ap.add_argument("--data", type=Path, required=True, help="the parquet the trajectories were evaluated on (prompts by uid)")
-    ap.add_argument("--trajectories", type=Path, required=True, help="trajectories.jsonl of an evaluation")
+    ap.add_argument("--trajectories", type=Path, required=True, help="trajectories.jsonl (or .jsonl.gz) of an evaluation")
     ap.add_argument("--run", default=None, help="which run's trajectories to replay (default: the file's first run)")
     ap.add_argument("--pool", type=Path, default=None, help="pool yaml whose listed models are scored (default: the names the trajectories routed to)")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many trajectories (0: all)")
@@ -109,18 +109,19 @@ def main(argv=None) -> int:
     import pandas as pd
     from transformers import AutoModelForCausalLM
 
+    from verl.trainer.tracking import read_jsonl
     from verl.utils.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(str(args.checkpoint))
-    model = AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
-    frame = pd.read_parquet(args.data)
-    prompts = {row.extra_info["uid"]: tok.apply_chat_template(list(row.prompt), add_generation_prompt=True, tokenize=False)
-               for row in frame.itertuples()}
-    trajs = [json.loads(line) for line in args.trajectories.read_text().splitlines() if line.strip()]
+    trajs = read_jsonl(args.trajectories)
     run = args.run or (trajs[0]["run"] if trajs else None)
     trajs = [t for t in trajs if t["run"] == run][: args.limit or None]
     if not trajs:
         raise SystemExit(f"route_probs: no trajectories of run {run!r} in {args.trajectories}")
+    tok = load_tokenizer(str(args.checkpoint))
+    model = AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
+    wanted = {t["uid"] for t in trajs}
+    prompts = {row.extra_info["uid"]: tok.apply_chat_template(list(row.prompt), add_generation_prompt=True, tokenize=False)
+               for row in pd.read_parquet(args.data).itertuples() if row.extra_info["uid"] in wanted}
     if args.pool:
         names = list(ModelRegistry.from_yaml(args.pool).seen().models)
     else:
