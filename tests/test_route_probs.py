@@ -97,3 +97,22 @@ def test_a_uid_missing_from_the_data_is_an_error_naming_it(tmp_path):
     model = tiny_model(len(tok), seed=6).eval()
     with pytest.raises(SystemExit, match="uid q9"):
         route_probs.probe(model, tok, {"q0": "p"}, [trajectory("q9")], NAMES)
+
+
+def test_a_sim_pool_adds_each_domains_best_model_and_its_probability(tmp_path):
+    pool = tmp_path / "pool.yaml"
+    pool.write_text("world: sim\ndefaults: {base_url: 'http://127.0.0.1:1/v1'}\nmodels:\n" + "".join(
+        f"  - {{name: {n}, api_id: sim/{n.lower()}, price_out_per_m: {p}, sim: {{accuracy: {acc}}}}}\n"
+        for n, p, acc in [(NAMES[0], 0.30, "{default: 0.3, people: 0.95}"),
+                          (NAMES[1], 0.18, "{default: 0.3, geography: 0.95}"),
+                          (NAMES[2], 0.20, "{default: 0.3, people: 0.95}")]))
+    best = route_probs.best_per_domain(pool, NAMES)
+    assert best["people"] == NAMES[2] and best["geography"] == NAMES[1]  # a tie goes to the cheaper
+    records = [{"domain": "people", "chosen": NAMES[0], "mass": 1.0, "probs": dict(zip(NAMES, [0.5, 0.1, 0.4]))},
+               {"domain": "people", "chosen": NAMES[2], "mass": 1.0, "probs": dict(zip(NAMES, [0.2, 0.0, 0.8]))},
+               {"domain": "geography", "chosen": NAMES[1], "mass": 1.0, "probs": dict(zip(NAMES, [0.7, 0.3, 0.0]))}]
+    text = route_probs.table(records, NAMES, best)
+    people = next(line for line in text.splitlines() if line.startswith("| people |"))
+    assert people.rstrip(" |").split("|")[-1].strip() == "0.60"  # (0.4 + 0.8) / 2
+    assert "P(best) over 3 hops of a known domain: 0.50" in text  # (0.4 + 0.8 + 0.3) / 3
+    assert "P(best)" not in route_probs.table(records, NAMES)

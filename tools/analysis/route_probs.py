@@ -78,20 +78,38 @@ def probe(model, tok, prompts: dict[str, str], trajectories: list[dict], names: 
     return records
 
 
-def table(records: list[dict], names: list[str]) -> str:
-    """Markdown: per domain, the mean probability of each listed name, and how much of it the chosen name had."""
+def table(records: list[dict], names: list[str], best: dict[str, str] | None = None) -> str:
+    """Markdown: per domain, the mean probability of each listed name, and how much of it the chosen name had; with
+    `best` (domain -> the world's best listed model), its probability per domain and over all hops."""
     by: dict[str, list[dict]] = {}
     for r in records:
         by.setdefault(r["domain"] or "-", []).append(r)
-    lines = ["| domain | hops | " + " | ".join(names) + " | P(chosen) | listed names' mass |",
-             "|---|---|" + "---|" * len(names) + "---|---|"]
+    best = best or {}
+    lines = ["| domain | hops | " + " | ".join(names) + " | P(chosen) | listed names' mass |" + (" P(best) |" if best else ""),
+             "|---|---|" + "---|" * len(names) + "---|---|" + ("---|" if best else "")]
     for domain in sorted(by):
         rs = by[domain]
         mean = [sum(r["probs"][n] for r in rs) / len(rs) for n in names]
         chosen = sum(r["probs"][r["chosen"]] for r in rs if r["chosen"] in r["probs"]) / len(rs)
         mass = sum(r["mass"] for r in rs) / len(rs)
-        lines.append(f"| {domain} | {len(rs)} | " + " | ".join(f"{m:.2f}" for m in mean) + f" | {chosen:.2f} | {mass:.2f} |")
+        cell = f" {sum(r['probs'][best[domain]] for r in rs) / len(rs):.2f} |" if domain in best else (" - |" if best else "")
+        lines.append(f"| {domain} | {len(rs)} | " + " | ".join(f"{m:.2f}" for m in mean) + f" | {chosen:.2f} | {mass:.2f} |" + cell)
+    if best:
+        scored = [r for r in records if r["domain"] in best]
+        p = sum(r["probs"][best[r["domain"]]] for r in scored) / max(len(scored), 1)
+        lines += ["", f"P(best) over {len(scored)} hops of a known domain: {p:.2f} (the domain's best model: the most "
+                      "accurate listed one, the cheaper on a tie)"]
     return "\n".join(lines)
+
+
+def best_per_domain(pool: Path, names: list[str]) -> dict[str, str]:
+    """domain -> its best listed model, from a simulated pool's accuracies ({} for a pool without them)."""
+    from tools.analysis.routing_vs_accuracy import best_model, pool_table
+    try:
+        _, acc, price = pool_table(pool)
+    except (KeyError, ValueError):  # a real pool: no sim accuracies to rank by
+        return {}
+    return {d: best_model(acc[d], price, names) for d in acc}
 
 
 def main(argv=None) -> int:
@@ -100,7 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, required=True, help="the parquet the trajectories were evaluated on (prompts by uid)")
     ap.add_argument("--trajectories", type=Path, required=True, help="trajectories.jsonl (or .jsonl.gz) of an evaluation")
     ap.add_argument("--run", default=None, help="which run's trajectories to replay (default: the file's first run)")
-    ap.add_argument("--pool", type=Path, default=None, help="pool yaml whose listed models are scored (default: the names the trajectories routed to)")
+    ap.add_argument("--pool", type=Path, default=None, help="pool yaml whose listed models are scored (default: the names the trajectories routed to); "
+                    "a simulated pool also gives each domain's best model, whose probability the table adds (P(best))")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many trajectories (0: all)")
     ap.add_argument("--out", type=Path, default=None, help="write the table (markdown) here as well as to stdout")
     ap.add_argument("--json", type=Path, default=None, help="write every replayed route's probabilities here")
@@ -127,7 +146,8 @@ def main(argv=None) -> int:
     else:
         names = sorted({p[1] for t in trajs for p in route_points(t)})
     records = probe(model, tok, prompts, trajs, names)
-    text = f"{args.checkpoint}, routes of {run!r}: {len(records)}\n\n" + table(records, names)
+    best = best_per_domain(args.pool, names) if args.pool else {}
+    text = f"{args.checkpoint}, routes of {run!r}: {len(records)}\n\n" + table(records, names, best)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
