@@ -33,3 +33,18 @@ def test_a_wrong_path_is_flagged(monkeypatch, capsys, one_thread):
     step = rows[-1]
     per_gemm = sum(r["calls"] * r["cublas_ms"] for r in rows[:-1])
     assert step["autotuned_ms"] == step["splitk_ms"] == step["cublas_ms"] == per_gemm  # wrong paths not counted
+
+
+@pytest.mark.parametrize("name, tb_s", [("NVIDIA H100 80GB HBM3\n", 3.35), ("NVIDIA H100 PCIe\n", 2.0),
+                                        ("NVIDIA H200\n", 4.8), ("NVIDIA A100-SXM4-80GB\n", 4.8), (None, 4.8)])
+def test_the_floor_follows_the_cards_datasheet_bandwidth(monkeypatch, name, tb_s):
+    from tools.bench import bench_rollout
+
+    def smi(*a, **k):
+        if name is None:
+            raise FileNotFoundError("nvidia-smi")
+        return type("Done", (), {"stdout": name})()
+    monkeypatch.setattr(bench_rollout.subprocess, "run", smi)
+    assert bench_rollout.hbm_bytes_per_s() == pytest.approx(tb_s * 1e12)
+    floor = bench_rollout.hbm_floor("qwen2.5-0.5b", 64, 512, 256)
+    assert floor["floor_step_s"] == pytest.approx(floor["bytes_per_step"] / (tb_s * 1e12))

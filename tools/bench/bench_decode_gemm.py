@@ -17,7 +17,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from tools.bench.bench_rollout import HBM_BYTES_PER_S, SHAPES
+from tools.bench.bench_rollout import SHAPES, hbm_bytes_per_s
 
 VOCAB = 151936  # Qwen2.5's, as bench_rollout builds its models
 
@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     tol = 1e-4 if args.tiny else 2e-2
     settings = sweep(args.tiny)
     paths = ["cublas", "splitk"] + (["autotuned"] if args.autotune else [])
+    bw = hbm_bytes_per_s()  # this device's datasheet bandwidth: H100 and H200 floors differ by 1.4x
+    print(f"HBM floor at {bw / 1e12:.2f} TB/s ({torch.cuda.get_device_name() if dev == 'cuda' else 'no GPU'}; "
+          "datasheet figures in bench_rollout.HBM_DATASHEET)")
     results = []
     for shape in args.shape:
         step = {name: 0.0 for name in paths + ["floor"]}
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             best = min(range(len(settings)), key=lambda i: times[i][0])
             ms["splitk"], diffs["splitk"] = times[best]
             nbytes = (n * k + rows * k + rows * n) * x.element_size()
-            floor_ms = nbytes / HBM_BYTES_PER_S * 1e3
+            floor_ms = nbytes / bw * 1e3
             row = dict(shape=shape, gemm=name, rows=rows, k=k, n=n, calls=calls, floor_ms=floor_ms,
                        maxdiff=max(diffs.values(), default=0.0), splitk_setting=settings[best])
             line = f"{shape:13} {name:8} {rows}x{k}->{n}:"
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"{line}  floor {floor_ms * 1e3:6.1f} us  (split-K best: {settings[best]})", flush=True)
         one = min(range(len(settings)), key=per_setting.__getitem__)
         results.append(dict(shape=shape, gemm="step", **{f"{k}_ms": v for k, v in step.items()},
-                            best=settings[one], best_ms=per_setting[one]))
+                            best=settings[one], best_ms=per_setting[one], hbm_tb_s=bw / 1e12))
         print(f"{shape:13} a step's GEMMs: " + ", ".join(f"{k} {v:.3f} ms" for k, v in step.items())
               + f"; one split-K setting for all: {per_setting[one]:.3f} ms at {settings[one]} "
                 f"(cuBLAS / that: {step['cublas'] / per_setting[one]:.2f}x)", flush=True)

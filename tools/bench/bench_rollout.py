@@ -17,6 +17,7 @@ import argparse
 import functools
 import json
 import math
+import subprocess
 import time
 
 import torch
@@ -57,12 +58,27 @@ def build(shape: str, device: str, dtype: torch.dtype) -> Qwen2ForCausalLM:
     return model.eval()
 
 
-HBM_BYTES_PER_S = 4.8e12  # H200 datasheet bandwidth: the floor is a bound, not a measurement
+# Datasheet HBM bandwidths (bytes/s), by the CUDA device name's words, most specific first: the floor is a bound,
+# not a measurement. The device tool lends H100 SXM (3.35 TB/s) as well as H200 (4.8 TB/s).
+HBM_DATASHEET = [("H100 PCIe", 2.0e12), ("H100 NVL", 3.9e12), ("H100", 3.35e12), ("H200", 4.8e12)]
+HBM_BYTES_PER_S = 4.8e12  # a device not in the table (and the CPU smoke runs): the H200's
 
 
-def hbm_floor(shape: str, batch: int, prompt_len: int, new_tokens: int) -> dict:
+def hbm_bytes_per_s() -> float:
+    """GPU 0's datasheet HBM bandwidth (HBM_BYTES_PER_S where unknown or with no GPU). Asked of nvidia-smi, not
+    torch: CUDA initialised in this process would force vLLM's workers (bench_rollout_vllm) to spawn."""
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                              capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        name = ""
+    return next((bw for key, bw in HBM_DATASHEET if key in name), HBM_BYTES_PER_S)
+
+
+def hbm_floor(shape: str, batch: int, prompt_len: int, new_tokens: int, bw: float | None = None) -> dict:
     """The decode step's memory floor: bf16 weights (tied embeddings once) plus the KV cache of the
-    average context (prompt + half the generation) read once, at HBM_BYTES_PER_S."""
+    average context (prompt + half the generation) read once, at bw (default: this device's datasheet bandwidth)."""
+    bw = bw or hbm_bytes_per_s()
     hidden, layers, heads, kv, inter = SHAPES[shape]
     vocab = 512 if shape == "tiny" else 151936
     head_dim = hidden // heads
@@ -70,8 +86,8 @@ def hbm_floor(shape: str, batch: int, prompt_len: int, new_tokens: int) -> dict:
                                         + heads * head_dim * hidden + 3 * hidden * inter + 2 * hidden) + hidden
     kv_bytes = layers * 2 * kv * head_dim * 2 * batch * (prompt_len + new_tokens / 2)
     step_bytes = 2 * params + kv_bytes
-    return {"params": params, "bytes_per_step": step_bytes, "floor_step_s": step_bytes / HBM_BYTES_PER_S,
-            "floor_tok_s": batch * HBM_BYTES_PER_S / step_bytes}
+    return {"params": params, "bytes_per_step": step_bytes, "hbm_bytes_per_s": bw, "floor_step_s": step_bytes / bw,
+            "floor_tok_s": batch * bw / step_bytes}
 
 
 def workload_parser(doc: str) -> argparse.ArgumentParser:
