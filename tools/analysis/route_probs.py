@@ -85,15 +85,18 @@ def table(records: list[dict], names: list[str], best: dict[str, str] | None = N
     for r in records:
         by.setdefault(r["domain"] or "-", []).append(r)
     best = best or {}
-    lines = ["| domain | hops | " + " | ".join(names) + " | P(chosen) | listed names' mass |" + (" P(best) |" if best else ""),
+    extra = " P(best) |" if best else ""
+    lines = ["| domain | hops | " + " | ".join(names) + " | P(chosen) | listed names' mass |" + extra,
              "|---|---|" + "---|" * len(names) + "---|---|" + ("---|" if best else "")]
     for domain in sorted(by):
         rs = by[domain]
         mean = [sum(r["probs"][n] for r in rs) / len(rs) for n in names]
         chosen = sum(r["probs"][r["chosen"]] for r in rs if r["chosen"] in r["probs"]) / len(rs)
         mass = sum(r["mass"] for r in rs) / len(rs)
-        cell = f" {sum(r['probs'][best[domain]] for r in rs) / len(rs):.2f} |" if domain in best else (" - |" if best else "")
-        lines.append(f"| {domain} | {len(rs)} | " + " | ".join(f"{m:.2f}" for m in mean) + f" | {chosen:.2f} | {mass:.2f} |" + cell)
+        row = f"| {domain} | {len(rs)} | " + " | ".join(f"{m:.2f}" for m in mean) + f" | {chosen:.2f} | {mass:.2f} |"
+        if best:
+            row += f" {sum(r['probs'][best[domain]] for r in rs) / len(rs):.2f} |" if domain in best else " - |"
+        lines.append(row)
     if best:
         scored = [r for r in records if r["domain"] in best]
         p = sum(r["probs"][best[r["domain"]]] for r in scored) / max(len(scored), 1)
@@ -118,8 +121,9 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, required=True, help="the parquet the trajectories were evaluated on (prompts by uid)")
     ap.add_argument("--trajectories", type=Path, required=True, help="trajectories.jsonl (or .jsonl.gz) of an evaluation")
     ap.add_argument("--run", default=None, help="which run's trajectories to replay (default: the file's first run)")
-    ap.add_argument("--pool", type=Path, default=None, help="pool yaml whose listed models are scored (default: the names the trajectories routed to); "
-                    "a simulated pool also gives each domain's best model, whose probability the table adds (P(best))")
+    ap.add_argument("--pool", type=Path, default=None,
+                    help="pool yaml whose listed models are scored (default: the names the trajectories routed to); "
+                         "a simulated pool also gives each domain's best model, whose probability the table adds")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many trajectories (0: all)")
     ap.add_argument("--out", type=Path, default=None, help="write the table (markdown) here as well as to stdout")
     ap.add_argument("--json", type=Path, default=None, help="write every replayed route's probabilities here")
