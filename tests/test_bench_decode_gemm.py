@@ -37,7 +37,7 @@ def test_a_wrong_path_is_flagged(monkeypatch, capsys, one_thread):
 
 @pytest.mark.parametrize("name, tb_s", [("NVIDIA H100 80GB HBM3\n", 3.35), ("NVIDIA H100 PCIe\n", 2.0),
                                         ("NVIDIA H200\n", 4.8), ("NVIDIA A100-SXM4-80GB\n", 4.8), (None, 4.8)])
-def test_the_floor_follows_the_cards_datasheet_bandwidth(monkeypatch, name, tb_s):
+def test_the_floor_follows_the_cards_datasheet_bandwidth(monkeypatch, request, name, tb_s):
     from tools.bench import bench_rollout
 
     def smi(*a, **k):
@@ -45,6 +45,8 @@ def test_the_floor_follows_the_cards_datasheet_bandwidth(monkeypatch, name, tb_s
             raise FileNotFoundError("nvidia-smi")
         return type("Done", (), {"stdout": name})()
     monkeypatch.setattr(bench_rollout.subprocess, "run", smi)
+    bench_rollout.hbm_bytes_per_s.cache_clear()  # each case names another card; no stub card outlives the test
+    request.addfinalizer(bench_rollout.hbm_bytes_per_s.cache_clear)
     assert bench_rollout.hbm_bytes_per_s() == pytest.approx(tb_s * 1e12)
     floor = bench_rollout.hbm_floor("qwen2.5-0.5b", 64, 512, 256)
     assert floor["floor_step_s"] == pytest.approx(floor["bytes_per_step"] / (tb_s * 1e12))

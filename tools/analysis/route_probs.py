@@ -110,7 +110,7 @@ def best_per_domain(pool: Path, names: list[str]) -> dict[str, str]:
     from tools.analysis.routing_vs_accuracy import best_model, pool_table
     try:
         _, acc, price = pool_table(pool)
-    except (KeyError, ValueError):  # a real pool: no sim accuracies to rank by
+    except ValueError:  # a real pool: no sim accuracies to rank by (domain_accuracy says so)
         return {}
     return {d: best_model(acc[d], price, names) for d in acc}
 

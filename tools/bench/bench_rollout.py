@@ -64,6 +64,7 @@ HBM_DATASHEET = [("H100 PCIe", 2.0e12), ("H100 NVL", 3.9e12), ("H100", 3.35e12),
 HBM_BYTES_PER_S = 4.8e12  # a device not in the table (and the CPU smoke runs): the H200's
 
 
+@functools.cache  # the card does not change within a run; hbm_floor is called per shape and batch
 def hbm_bytes_per_s() -> float:
     """GPU 0's datasheet HBM bandwidth (HBM_BYTES_PER_S where unknown or with no GPU). Asked of nvidia-smi, not
     torch: CUDA initialised in this process would force vLLM's workers (bench_rollout_vllm) to spawn."""
@@ -75,10 +76,10 @@ def hbm_bytes_per_s() -> float:
     return next((bw for key, bw in HBM_DATASHEET if key in name), HBM_BYTES_PER_S)
 
 
-def hbm_floor(shape: str, batch: int, prompt_len: int, new_tokens: int, bw: float | None = None) -> dict:
+def hbm_floor(shape: str, batch: int, prompt_len: int, new_tokens: int) -> dict:
     """The decode step's memory floor: bf16 weights (tied embeddings once) plus the KV cache of the
-    average context (prompt + half the generation) read once, at bw (default: this device's datasheet bandwidth)."""
-    bw = bw or hbm_bytes_per_s()
+    average context (prompt + half the generation) read once, at this card's datasheet bandwidth."""
+    bw = hbm_bytes_per_s()
     hidden, layers, heads, kv, inter = SHAPES[shape]
     vocab = 512 if shape == "tiny" else 151936
     head_dim = hidden // heads
