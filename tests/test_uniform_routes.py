@@ -75,3 +75,25 @@ def test_train_sh_builds_and_trains_on_the_uniform_recipe(tmp_path):
     rows = pd.read_parquet(tmp_path / "oracle" / "oracle.parquet")
     assert len(rows) == 64 and set(rows["mode"]) == {"uniform"} and (rows["routes"] >= 1).all()
     assert (tmp_path / "sft" / "model.safetensors").exists()
+
+
+def test_without_think_names_model_the_route_is_the_one_place_a_model_is_named(tmp_path):
+    """--no-think-names-model: the think states the domain only, so a policy makes the draw once, at the route."""
+    sections = load_sections(RECIPE)
+    sections["build"].update(n=200, tokenizer=False, out_dir=str(tmp_path))
+    sections["annotator"]["think_names_model"] = False
+    recipe = from_sections(sections)
+    rows = build_rows(recipe, own_template(tmp_path, None)).rows
+    names = ModelRegistry.from_yaml(recipe.build.pool).seen().names
+    retried = 0
+    for r in rows:
+        thinks = [t.split("</think>")[0] for t in r["response_text"].split("<think>")[1:]]
+        assert not any(n in t for t in thinks for n in names), r["response_text"]
+        assert thinks[0].startswith(f"A {r['domain'] if r['data_source'] == 'sim_1hop' else ''}"), thinks
+        retried += any(t == "No answer." for t in thinks)
+    assert retried > 0  # the retry after a reply without an answer keeps its short think
+    (tmp_path / "named").mkdir()
+    _, named = uniform_rows(tmp_path / "named", 50)  # the default still names the drawn model in the think
+    assert all(f"Ask {r['route_models'][0]}." in r["response_text"] for r in named)
+    with pytest.raises(ValueError, match="add --routes uniform"):
+        make_recipe(out_dir="x", think_names_model=False)

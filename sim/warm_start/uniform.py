@@ -24,6 +24,7 @@ class Annotator:
     """Who picks each hop's model: the oracle, or a uniform draw among the listed models."""
 
     routes: str = field(default="oracle", metadata={"choices": ROUTE_SOURCES})  # oracle: each hop to its domain's cheapest reliable model (oracle.py); uniform: to a model drawn uniformly among the listed ones, and after a reply without an answer once to another drawn so (always routes, the oracle's format, no knowledge of who knows what)
+    think_names_model: bool = True  # uniform routes only: each <think> ends "Ask <model>." before the route names it again, as the oracle's does; off: the think states the hop's domain only ("A science fact."), so the route is the one place a model is chosen (a uniform draw is two draws to a small policy, which does not learn to copy one into the other)
 
     def __post_init__(self):
         if self.routes not in ROUTE_SOURCES:
@@ -35,6 +36,8 @@ class Annotator:
 
     def check(self, recipe) -> None:
         if not self.on:
+            if not self.think_names_model:
+                raise ValueError("--no-think-names-model shapes the uniform annotator's thinks: add --routes uniform")
             return
         if recipe.per_alpha.on or recipe.turn_budgets.on:
             raise ValueError("--routes uniform, --alphas and --budgets are route sources: a recipe takes one")
@@ -43,14 +46,14 @@ class Annotator:
                              f"{recipe.build.noise}; its slips include guesses, which never route)")
 
     def routes_of(self, ctx: Context) -> "UniformRoutes":
-        return UniformRoutes(ctx)
+        return UniformRoutes(ctx, self.think_names_model)
 
 
 class UniformRoutes(Routes):
     """Each hop to a uniformly drawn listed model; a reply without an answer, once to another drawn so."""
 
-    def __init__(self, ctx: Context):
-        self.ctx = ctx
+    def __init__(self, ctx: Context, names_model: bool = True):
+        self.ctx, self.names_model = ctx, names_model
         self.models = list(ctx.registry.models.values())
         for spec in self.models:
             if spec.api_id not in ctx.backend.experts:
@@ -61,14 +64,15 @@ class UniformRoutes(Routes):
         ctx, traj, got = self.ctx, Trajectory(), None
         for i, hop in enumerate(q.hops):
             spec = rng.choice(self.models)
-            query, think = hop.sub_question, f"A {hop.domain} fact. Ask {spec.name}."
+            query, think = hop.sub_question, f"A {hop.domain} fact." + (f" Ask {spec.name}." if self.names_model else "")
             if i > 0:  # follow the first reply, right or wrong, as the oracle does
                 query, think = hop.sub_question.replace(hop.subject, got), f"Got {got}. {think}"
             got = ask(ctx.backend, traj, think, spec, query)
             others = [s for s in self.models if s.api_id != spec.api_id]  # the same expert would answer the same
             if got is None and others and len(traj.routes) < ctx.cfg.max_routes:
                 other = rng.choice(others)
-                got = ask(ctx.backend, traj, f"No answer. Ask {other.name}.", other, query)
+                got = ask(ctx.backend, traj, "No answer." + (f" Ask {other.name}." if self.names_model else ""),
+                          other, query)
             if got is None:  # no entity to continue with
                 break
         finish(traj, got)
