@@ -31,6 +31,7 @@ PPO_FLAGS=${PPO_FLAGS:-}             # extra hydra overrides for both PPO runs (
 STEPS=${STEPS:-60}
 ACTOR_LR=${ACTOR_LR:-2e-5}
 ALPHA=${ALPHA:-0.6}
+ALPHAS=${ALPHAS:-0 $ALPHA}   # one PPO run per alpha, side by side from the same warm start (one alone gets the whole GPU)
 # The GPU recipe's own sampling temperature: configs/embedded.yaml's 0.5 was measured for the embedded policy only;
 # from Gemma's warm start at 0.5 the alpha-0 run fell apart at step 18 (docs/results/h200/pipeline_gemma_s10)
 TEMPERATURE=${TEMPERATURE:-0.7}
@@ -58,7 +59,7 @@ stage "simulated pool server"
 source tools/sim_pool.sh
 start_sim_pool "$OUT/pool_server.log" --world-entities "$WORLD_ENTITIES"
 
-stage "PPO, alpha 0 and alpha $ALPHA side by side"
+stage "PPO at alpha $ALPHAS, side by side"
 ppo() {  # $1 = alpha, $2 = output dir
   $PY -m verl.trainer.main_ppo --config-name embedded \
     "data.train_files=[$OUT/data/train.parquet]" "data.val_files=[$OUT/data/val.parquet]" \
@@ -73,15 +74,18 @@ ppo() {  # $1 = alpha, $2 = output dir
     env.pool_url="$URL" env.alpha="$1" trainer.total_steps="$STEPS" trainer.test_freq=10 trainer.dump_rollouts=8 \
     trainer.output_dir="$2" trainer.experiment_name="gpu_alpha$1" $PPO_FLAGS > "$2.log" 2>&1
 }
-ppo 0.0 "$OUT/ppo_alpha0" & A=$!
-ppo "$ALPHA" "$OUT/ppo_alpha$ALPHA" & B=$!
-wait $A || { tail -30 "$OUT/ppo_alpha0.log"; exit 1; }
-wait $B || { tail -30 "$OUT/ppo_alpha$ALPHA.log"; exit 1; }
+declare -A RUNS=()   # pid -> its output dir
+for a in $ALPHAS; do
+  ppo "$a" "$OUT/ppo_alpha$a" & RUNS[$!]="$OUT/ppo_alpha$a"
+done
+for pid in "${!RUNS[@]}"; do wait "$pid" || { tail -30 "${RUNS[$pid]}.log"; exit 1; }; done
+CKPTS=(--checkpoint "$OUT/sft")
+for a in $ALPHAS; do CKPTS+=(--checkpoint "$OUT/ppo_alpha$a/hf"); done
 
 stage "evaluation on $EVAL_LIMIT test questions (greedy)"
 # turns and lengths: the runs' own (their hf/run_config.yaml); one reward column for the three: alpha 0
 $PY -m router_r1.eval.evaluate --data "$OUT/data/test.parquet" --pool configs/pool/sim.yaml --pool-url "$URL" \
   --greedy --alpha 0 --device "$DEVICE" --rollout "$ROLLOUT" \
-  --batch-size 256 --checkpoint "$OUT/sft" --checkpoint "$OUT/ppo_alpha0/hf" --checkpoint "$OUT/ppo_alpha$ALPHA/hf" \
+  --batch-size 256 "${CKPTS[@]}" \
   --out "$OUT/eval"
 stage "done"
