@@ -79,3 +79,39 @@ def test_the_trainer_carries_the_envs_labels_into_its_step_metrics(tok):
     assert m["part/route_model/adv"] == pytest.approx(2.0) and m["part/route_query/adv"] == pytest.approx(0.5)
     trainer.env = types.SimpleNamespace()  # an env without part names: no part metrics
     assert not any(k.startswith("part/") for k in PPOTrainer._episode_metrics(trainer, batch, {}, mask, 1.0))
+
+
+def test_decision_parts_scale_the_advantage_on_the_named_parts_only(tok):
+    """algorithm.decision_parts=[route_model] decision_adv_weight=4: the route name's advantage is 4x the one the
+    estimator gave, every other token's unchanged; a part the env does not label is refused at start."""
+    from verl.trainer.config import AlgorithmConfig
+    from verl.trainer.ppo_trainer import check_decision_parts
+
+    env = types.SimpleNamespace(part_names=PART_NAMES, token_parts=lambda rows: [response_parts(tok, r) for r in rows])
+    ids = tok("<think>Ask.</think><search>Gemma-2-27B-Instruct: who?</search>", add_special_tokens=False)["input_ids"]
+    parts = response_parts(tok, ids)
+    assert MODEL in parts and THINK in parts
+    result = RolloutResult([[5, 6], [5, 6]], [ids, ids], [[1] * len(ids)] * 2)
+    rows = [types.SimpleNamespace(uid="u0"), types.SimpleNamespace(uid="u1")]
+
+    def advantages(**alg):
+        cfg = OmegaConf.create({"algorithm": OmegaConf.structured(AlgorithmConfig(use_kl_in_reward=False, **alg))})
+        trainer = types.SimpleNamespace(tokenizer=tok, cfg=cfg, env=env, ref=None)
+        trainer._decision_weights = types.MethodType(PPOTrainer._decision_weights, trainer)
+        batch = PPOTrainer.to_batch(trainer, result, rows, np.array([1.0, 0.0]), SamplingParams(temperature=1.0))
+        mask = batch.batch["response_mask"].float()
+        batch.batch["values"] = torch.zeros_like(mask)
+        return PPOTrainer._advantages(trainer, batch, mask, {})["advantages"], mask
+
+    plain, mask = advantages()
+    scaled, _ = advantages(decision_parts=["route_model"], decision_adv_weight=4.0)
+    route = torch.tensor([[p == MODEL for p in parts]] * 2)
+    assert plain.abs().sum() > 0
+    assert torch.allclose(scaled[route], 4.0 * plain[route])
+    assert torch.equal(scaled[~route], plain[~route])
+    with pytest.raises(ValueError, match=r"\['route'\] not among the env's token parts"):
+        check_decision_parts(OmegaConf.structured(AlgorithmConfig(decision_parts=["route"], decision_adv_weight=2.0)), env)
+    with pytest.raises(ValueError, match="it labels none"):
+        check_decision_parts(OmegaConf.structured(AlgorithmConfig(decision_parts=["route_model"])), types.SimpleNamespace())
+    with pytest.raises(ValueError, match="must be > 0"):
+        check_decision_parts(OmegaConf.structured(AlgorithmConfig(decision_parts=["route_model"], decision_adv_weight=0)), env)

@@ -136,6 +136,19 @@ class TrainingDivergedError(RuntimeError):
     """MAX_BAD_STEPS steps in a row had non-finite gradients (their updates were skipped); nothing more is saved."""
 
 
+def check_decision_parts(alg, env) -> None:
+    """algorithm.decision_parts must name parts the env labels, with a positive weight."""
+    if not alg.get("decision_parts"):
+        return
+    known = tuple(getattr(env, "part_names", ()) or ())
+    unknown = [p for p in alg.decision_parts if p not in known]
+    if unknown:
+        raise ValueError(f"algorithm.decision_parts: {unknown} not among the env's token parts "
+                         f"({', '.join(known) or 'it labels none'})")
+    if alg.decision_adv_weight <= 0:
+        raise ValueError(f"algorithm.decision_adv_weight must be > 0, got {alg.decision_adv_weight}")
+
+
 class PPOTrainer:
     """The training loop of both modes: trainer.mode=ppo (`step`) and sft (`sft_step`, env None, train_set an SFTSet)."""
 
@@ -170,6 +183,7 @@ class PPOTrainer:
         self.schedule = make_schedule(self, cfg, dist)  # sync, off-policy or streaming: where episodes come from
         if alg.dynamic_sampling.enable and cfg.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n > 1 (it keeps groups whose rewards differ)")
+        check_decision_parts(alg, env)
         if alg.get("whiten_by") and (alg.adv_estimator != "gae" or not alg.whiten_advantages):
             raise ValueError(f"algorithm.whiten_by={alg.whiten_by!r} whitens GAE advantages: it needs adv_estimator=gae "
                              "and whiten_advantages=true (grpo already compares within a prompt's group)")
@@ -439,7 +453,16 @@ class PPOTrainer:
                                                    norm_by_std=alg.grpo_norm_by_std)
         else:
             raise ValueError(f"algorithm.adv_estimator: unknown {alg.adv_estimator!r} (gae | grpo)")
+        if alg.get("decision_parts") and alg.decision_adv_weight != 1.0:
+            adv = adv * self._decision_weights(batch, tuple(mask.shape))
         return {"token_level_rewards": token_rewards, "advantages": adv, "returns": returns}
+
+    def _decision_weights(self, batch: DataProto, shape: tuple[int, int]) -> torch.Tensor:
+        """(batch, response_len): algorithm.decision_adv_weight on tokens of algorithm.decision_parts, 1 elsewhere."""
+        alg = self.cfg.algorithm
+        parts = part_tensor(batch.non_tensor["token_part"], shape)
+        ids = torch.tensor([list(self.env.part_names).index(p) + 1 for p in alg.decision_parts])
+        return torch.where(torch.isin(parts, ids), float(alg.decision_adv_weight), 1.0)
 
     def _episode_metrics(self, batch: DataProto, env_metrics: dict[str, list], mask: torch.Tensor,
                          step_s: float) -> dict[str, float]:
