@@ -4,7 +4,12 @@ At the point where a hop's model is named, ascend the expected reward of that ch
 with Q(d, m) = accuracy of m on domain d x ((1 - alpha) + alpha x c_m) from a simulated pool, c_m = 1 - price_m /
 the dearest listed price (a proxy for the run's windowed cost reward). `exact` uses every name's Q (no sampling, no
 critic); `sampled` draws one name per hop and a 0/1 outcome, with the exact expected reward as baseline (REINFORCE
-with a perfect critic). P(best) on held-out prompts after each block of updates. What PPO moves at the route with
+with a perfect critic); `--samples K` draws K names per hop from one prefix, each scored against the mean of the other K - 1
+(routes branched from a shared prefix, GRPO's comparison at the route); `--entropy-coef` adds the names' entropy.
+`critic`: one drawn name and outcome per hop train a critic (a copy of the warm start with a value head, read at
+the name) on Q(prefix, name); the policy then ascends sum_m pi(m) Q_critic(prefix, m) over every name (mean
+actor-critic, Allen et al. 2017): exact's update with learned values.
+P(best) on held-out prompts after each block of updates. What PPO moves at the route with
 the same optimizer and step size cannot exceed `exact`; the gap to it is credit and sampling, the rest is the network.
 
     python -m tools.analysis.route_ascent --checkpoint SFT --data DATA/train.parquet --eval-data DATA/test.parquet \
@@ -85,6 +90,27 @@ def p_best(model, tok, held: list[tuple[str, str]], ids, names, best) -> dict[st
     return out
 
 
+class NameCritic(torch.nn.Module):
+    """Q(prefix, name): the warm start's last hidden state after the name token, through a linear head."""
+
+    def __init__(self, checkpoint: Path):
+        super().__init__()
+        from transformers import AutoModelForCausalLM
+        self.body = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).model
+        self.head = torch.nn.Linear(self.body.config.hidden_size, 1)
+
+    def forward(self, tok, batch: list[tuple[str, str]], ids: list[int]) -> torch.Tensor:
+        """(B, names): the value after each listed name."""
+        enc = tok([p for p, _ in batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        n = len(ids)
+        seq = enc["input_ids"].repeat_interleave(n, 0)  # (B * names, T)
+        names = torch.tensor(ids).repeat(len(batch))[:, None]  # (B * names, 1)
+        attn = enc["attention_mask"].repeat_interleave(n, 0)
+        h = self.body(input_ids=torch.cat([seq, names], 1),
+                      attention_mask=torch.cat([attn, torch.ones_like(names)], 1)).last_hidden_state[:, -1]
+        return self.head(h).view(len(batch), n)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", type=Path, required=True, help="the warm start (HF dir) to ascend from")
@@ -94,8 +120,12 @@ def main(argv=None) -> int:
     ap.add_argument("--style", choices=sorted(PREFIXES), default="think",
                     help="where the name is written: think (the uniform annotator's default) or search")
     ap.add_argument("--alpha", type=float, default=0.6, help="the reward's cost weight in Q")
-    ap.add_argument("--estimator", choices=("exact", "sampled"), default="exact",
-                    help="exact: every name's Q; sampled: one drawn name, a 0/1 outcome, the exact value as baseline")
+    ap.add_argument("--estimator", choices=("exact", "sampled", "critic"), default="exact",
+                    help="exact: every name's Q; sampled: drawn names, 0/1 outcomes; critic: every name's learned Q")
+    ap.add_argument("--samples", type=int, default=1,
+                    help="sampled: names drawn per hop; above 1 each is scored against the others' mean outcome")
+    ap.add_argument("--entropy-coef", type=float, default=0.0, help="weight of the listed names' entropy in the loss")
+    ap.add_argument("--critic-lr", type=float, default=5e-4, help="critic: its Adam step size (the embedded default's)")
     ap.add_argument("--lr", type=float, default=1e-4, help="Adam step size (the embedded default's actor lr)")
     ap.add_argument("--updates", type=int, default=600, help="optimizer updates (300 PPO steps x 2 epochs = 600)")
     ap.add_argument("--batch", type=int, default=48, help="hops per update (32 questions x ~1.5 hops)")
@@ -118,13 +148,21 @@ def main(argv=None) -> int:
     ids = name_ids(tok, PREFIXES[args.style].format(domain="science"), names)
     train, held = rows(args.data, tok, args.style, set(q)), rows(args.eval_data, tok, args.style, set(q))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    if args.estimator == "critic":  # the embedded default's critic lr
+        critic = NameCritic(args.checkpoint)
+        critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr)
     readings = []
+    if args.out:
+        args.out.write_text("")
 
     def read(step: int) -> None:
         model.eval()
         r = {"update": step, **{f"p_best/{k}": v for k, v in p_best(model, tok, held, ids, names, best).items()}}
         model.train()
         readings.append(r)
+        if args.out:  # each reading as it comes: a long ascent stopped early keeps what it read
+            with args.out.open("a") as f:
+                f.write(json.dumps(r) + "\n")
         print(f"update {step:4d} | P(best) {r['p_best/all']:.3f} | " +
               " ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in r.items() if k.startswith("p_best/") and k != "p_best/all"),
               flush=True)
@@ -137,19 +175,34 @@ def main(argv=None) -> int:
         p = name_probs(model, tok, batch, ids)  # (B, names)
         if args.estimator == "exact":
             loss = -(p * qs).sum(-1).mean()
-        else:
+        elif args.estimator == "critic":
+            q_hat = critic(tok, batch, ids)  # (B, names)
             with torch.no_grad():
-                pick = torch.multinomial(p / p.sum(-1, keepdim=True), 1).squeeze(-1)  # (B,)
-                won = torch.bernoulli(qs.gather(1, pick[:, None]).squeeze(-1).clamp(0, 1))  # paid 1 w.p. Q (Q <= 1)
-                adv = won - (p * qs).sum(-1) / p.sum(-1)
-            loss = -(adv * p.gather(1, pick[:, None]).squeeze(-1).log()).mean()
+                pick = torch.multinomial(p / p.sum(-1, keepdim=True), 1)  # (B, 1)
+                won = torch.bernoulli(qs.gather(1, pick).clamp(0, 1))  # (B, 1)
+            critic_opt.zero_grad()
+            ((q_hat.gather(1, pick) - won) ** 2).mean().backward()
+            critic_opt.step()
+            loss = -(p * q_hat.detach()).sum(-1).mean()
+        else:
+            k = args.samples
+            with torch.no_grad():
+                pick = torch.multinomial(p / p.sum(-1, keepdim=True), k, replacement=True)  # (B, K)
+                won = torch.bernoulli(qs.gather(1, pick).clamp(0, 1))  # (B, K): paid 1 w.p. Q (Q <= 1)
+                if k == 1:  # a perfect critic: the expected reward under the policy
+                    base = ((p * qs).sum(-1) / p.sum(-1))[:, None]
+                else:  # leave-one-out: the other draws from the same prefix
+                    base = (won.sum(-1, keepdim=True) - won) / (k - 1)
+                adv = won - base  # (B, K)
+            loss = -(adv * p.gather(1, pick).log()).mean()
+        if args.entropy_coef:
+            pn = p / p.sum(-1, keepdim=True)
+            loss = loss + args.entropy_coef * (pn * pn.clamp_min(1e-12).log()).sum(-1).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         if step % args.every == 0 or step == args.updates:
             read(step)
-    if args.out:
-        args.out.write_text("".join(json.dumps(r) + "\n" for r in readings))
     return 0
 
 
