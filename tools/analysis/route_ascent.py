@@ -2,18 +2,21 @@
 
 At the point where a hop's model is named, ascend the expected reward of that choice, sum_m pi(m | prefix) Q(d, m),
 with Q(d, m) = accuracy of m on domain d x ((1 - alpha) + alpha x c_m) from a simulated pool, c_m = 1 - price_m /
-the dearest listed price (a proxy for the run's windowed cost reward). `exact` uses every name's Q (no sampling, no
-critic); `sampled` draws one name per hop and a 0/1 outcome, with the exact expected reward as baseline (REINFORCE
-with a perfect critic); `--samples K` draws K names per hop from one prefix, each scored against the mean of the other K - 1
-(routes branched from a shared prefix, GRPO's comparison at the route); `--entropy-coef` adds the names' entropy.
-`critic`: one drawn name and outcome per hop train a critic (a copy of the warm start with a value head, read at
-the name) on Q(prefix, name); the policy then ascends sum_m pi(m) Q_critic(prefix, m) over every name (mean
-actor-critic, Allen et al. 2017): exact's update with learned values.
-P(best) on held-out prompts after each block of updates. What PPO moves at the route with
-the same optimizer and step size cannot exceed `exact`; the gap to it is credit and sampling, the rest is the network.
+the dearest listed price (a proxy for the run's windowed cost reward). Estimators of that gradient:
+
+- `exact`: every name's Q (no sampling, no critic);
+- `sampled`: one drawn name per hop and a 0/1 outcome, the exact expected reward as baseline (REINFORCE with a
+  perfect critic); `--samples K` draws K names from one prefix, each against the mean of the other K - 1 (routes
+  branched from a shared prefix: GRPO's comparison at the route); `--entropy-coef` adds the names' entropy;
+- `critic`: one drawn name and outcome per hop train a critic (the warm start with a head of one value per listed
+  name, read at the prefix's end) on Q(prefix, name); the policy ascends sum_m pi(m) Q_critic(prefix, m) over every
+  name (mean actor-critic, Allen et al. 2017): exact's update with learned values.
+
+P(best) on held-out prompts after each block of updates. What PPO moves at the route with the same optimizer and
+step size cannot exceed `exact`; the gap to it is credit and sampling, the rest is the network.
 
     python -m tools.analysis.route_ascent --checkpoint SFT --data DATA/train.parquet --eval-data DATA/test.parquet \
-        --pool configs/pool/sim.yaml [--alpha 0.6] [--lr 1e-4] [--updates 600] [--estimator exact|sampled] [--out X.jsonl]
+        --pool configs/pool/sim.yaml [--alpha 0.6] [--lr 1e-4] [--updates 600] [--estimator exact] [--out X.jsonl]
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from tools.analysis.route_probs import best_per_domain
 from tools.analysis.routing_vs_accuracy import pool_table
 
 PREFIXES = {  # the policy's own words before the name, as the uniform annotator writes them
-    "think": "<think>A {domain} fact. Ask ",  # the think names the model first (annotator.think_names_model, the default)
+    "think": "<think>A {domain} fact. Ask ",  # the think names the model first (annotator.think_names_model)
     "search": "<think>A {domain} fact.</think><search>",  # the route is the one place (--no-think-names-model)
 }
 
@@ -91,24 +94,19 @@ def p_best(model, tok, held: list[tuple[str, str]], ids, names, best) -> dict[st
 
 
 class NameCritic(torch.nn.Module):
-    """Q(prefix, name): the warm start's last hidden state after the name token, through a linear head."""
+    """Q(prefix, name) for every listed name at once: the warm start's last hidden state at the prefix's end through
+    a linear head of one output per name (a value head with an output per choice; no forward per name)."""
 
-    def __init__(self, checkpoint: Path):
+    def __init__(self, checkpoint: Path, n_names: int):
         super().__init__()
         from transformers import AutoModelForCausalLM
         self.body = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).model
-        self.head = torch.nn.Linear(self.body.config.hidden_size, 1)
+        self.head = torch.nn.Linear(self.body.config.hidden_size, n_names)
 
-    def forward(self, tok, batch: list[tuple[str, str]], ids: list[int]) -> torch.Tensor:
-        """(B, names): the value after each listed name."""
+    def forward(self, tok, batch: list[tuple[str, str]]) -> torch.Tensor:
+        """(B, names)."""
         enc = tok([p for p, _ in batch], return_tensors="pt", padding=True, add_special_tokens=False)
-        n = len(ids)
-        seq = enc["input_ids"].repeat_interleave(n, 0)  # (B * names, T)
-        names = torch.tensor(ids).repeat(len(batch))[:, None]  # (B * names, 1)
-        attn = enc["attention_mask"].repeat_interleave(n, 0)
-        h = self.body(input_ids=torch.cat([seq, names], 1),
-                      attention_mask=torch.cat([attn, torch.ones_like(names)], 1)).last_hidden_state[:, -1]
-        return self.head(h).view(len(batch), n)
+        return self.head(self.body(**enc).last_hidden_state[:, -1])
 
 
 def main(argv=None) -> int:
@@ -116,7 +114,8 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", type=Path, required=True, help="the warm start (HF dir) to ascend from")
     ap.add_argument("--data", type=Path, required=True, help="parquet whose prompts the updates draw from")
     ap.add_argument("--eval-data", type=Path, required=True, help="parquet of held-out prompts P(best) is read on")
-    ap.add_argument("--pool", type=Path, required=True, help="simulated pool yaml: the listed names, accuracies, prices")
+    ap.add_argument("--pool", type=Path, required=True,
+                    help="simulated pool yaml: the listed names, accuracies, prices")
     ap.add_argument("--style", choices=sorted(PREFIXES), default="think",
                     help="where the name is written: think (the uniform annotator's default) or search")
     ap.add_argument("--alpha", type=float, default=0.6, help="the reward's cost weight in Q")
@@ -149,7 +148,7 @@ def main(argv=None) -> int:
     train, held = rows(args.data, tok, args.style, set(q)), rows(args.eval_data, tok, args.style, set(q))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     if args.estimator == "critic":  # the embedded default's critic lr
-        critic = NameCritic(args.checkpoint)
+        critic = NameCritic(args.checkpoint, len(names))
         critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr)
     readings = []
     if args.out:
@@ -163,9 +162,8 @@ def main(argv=None) -> int:
         if args.out:  # each reading as it comes: a long ascent stopped early keeps what it read
             with args.out.open("a") as f:
                 f.write(json.dumps(r) + "\n")
-        print(f"update {step:4d} | P(best) {r['p_best/all']:.3f} | " +
-              " ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in r.items() if k.startswith("p_best/") and k != "p_best/all"),
-              flush=True)
+        per = " ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in r.items() if k.startswith("p_best/") and k != "p_best/all")
+        print(f"update {step:4d} | P(best) {r['p_best/all']:.3f} | {per}", flush=True)
 
     read(0)
     model.train()
@@ -176,7 +174,7 @@ def main(argv=None) -> int:
         if args.estimator == "exact":
             loss = -(p * qs).sum(-1).mean()
         elif args.estimator == "critic":
-            q_hat = critic(tok, batch, ids)  # (B, names)
+            q_hat = critic(tok, batch)  # (B, names)
             with torch.no_grad():
                 pick = torch.multinomial(p / p.sum(-1, keepdim=True), 1)  # (B, 1)
                 won = torch.bernoulli(qs.gather(1, pick).clamp(0, 1))  # (B, 1)
