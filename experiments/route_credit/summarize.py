@@ -34,14 +34,14 @@ def plot(runs: dict[str, list[dict]], out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
     for name, rs in runs.items():
         ax.plot([r["update"] for r in rs], [r["p_best/all"] for r in rs], marker="o", ms=3, label=name)
-    ax.set_xlabel("optimizer updates (Adam, lr 1e-4, 48 hops each)")
+    ax.set_xlabel("optimizer updates (Adam, lr 1e-4; 48 hops each unless the name says)")
     ax.set_ylabel("P(best model), held-out hops")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(out, dpi=80)
 
