@@ -12,6 +12,9 @@ the dearest listed price (a proxy for the run's windowed cost reward). Estimator
   name, read at the prefix's end) on Q(prefix, name); the policy ascends sum_m pi(m) Q_critic(prefix, m) over every
   name (mean actor-critic, Allen et al. 2017): exact's update with learned values.
 
+`--explore E` draws each sampled name from (1 - E) pi + E uniform over the listed names (the policy gradient then
+weighted by pi / that mixture), so every name keeps being tried whatever the policy has settled on.
+
 P(best) on held-out prompts after each block of updates. What PPO moves at the route with the same optimizer and
 step size cannot exceed `exact`; the gap to it is credit and sampling, the rest is the network.
 
@@ -93,6 +96,12 @@ def p_best(model, tok, held: list[tuple[str, str]], ids, names, best) -> dict[st
     return out
 
 
+def behaviour(p: torch.Tensor, explore: float) -> torch.Tensor:
+    """(B, names): the policy over the listed names, mixed with a uniform draw at rate `explore`."""
+    pn = p / p.sum(-1, keepdim=True)
+    return (1 - explore) * pn + explore / pn.shape[-1]
+
+
 class NameCritic(torch.nn.Module):
     """Q(prefix, name) for every listed name at once: the warm start's last hidden state at the prefix's end through
     a linear head of one output per name (a value head with an output per choice; no forward per name)."""
@@ -124,6 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=1,
                     help="sampled: names drawn per hop; above 1 each is scored against the others' mean outcome")
     ap.add_argument("--entropy-coef", type=float, default=0.0, help="weight of the listed names' entropy in the loss")
+    ap.add_argument("--explore", type=float, default=0.0,
+                    help="sampled, critic: share of draws made uniformly over the listed names (off-policy)")
     ap.add_argument("--critic-lr", type=float, default=5e-4, help="critic: its Adam step size (the embedded default's)")
     ap.add_argument("--lr", type=float, default=1e-4, help="Adam step size (the embedded default's actor lr)")
     ap.add_argument("--updates", type=int, default=600, help="optimizer updates (300 PPO steps x 2 epochs = 600)")
@@ -176,7 +187,7 @@ def main(argv=None) -> int:
         elif args.estimator == "critic":
             q_hat = critic(tok, batch)  # (B, names)
             with torch.no_grad():
-                pick = torch.multinomial(p / p.sum(-1, keepdim=True), 1)  # (B, 1)
+                pick = torch.multinomial(behaviour(p, args.explore), 1)  # (B, 1)
                 won = torch.bernoulli(qs.gather(1, pick).clamp(0, 1))  # (B, 1)
             critic_opt.zero_grad()
             ((q_hat.gather(1, pick) - won) ** 2).mean().backward()
@@ -185,13 +196,15 @@ def main(argv=None) -> int:
         else:
             k = args.samples
             with torch.no_grad():
-                pick = torch.multinomial(p / p.sum(-1, keepdim=True), k, replacement=True)  # (B, K)
+                mu = behaviour(p, args.explore)  # (B, names)
+                pick = torch.multinomial(mu, k, replacement=True)  # (B, K)
+                weight = (p / p.sum(-1, keepdim=True)).gather(1, pick) / mu.gather(1, pick)  # (B, K): pi / mu
                 won = torch.bernoulli(qs.gather(1, pick).clamp(0, 1))  # (B, K): paid 1 w.p. Q (Q <= 1)
                 if k == 1:  # a perfect critic: the expected reward under the policy
                     base = ((p * qs).sum(-1) / p.sum(-1))[:, None]
                 else:  # leave-one-out: the other draws from the same prefix
                     base = (won.sum(-1, keepdim=True) - won) / (k - 1)
-                adv = won - base  # (B, K)
+                adv = (won - base) * weight  # (B, K)
             loss = -(adv * p.gather(1, pick).log()).mean()
         if args.entropy_coef:
             pn = p / p.sum(-1, keepdim=True)
