@@ -87,4 +87,5 @@ def test_exploring_draws_keep_every_name_at_its_uniform_share():
     p = torch.tensor([[0.9, 0.05, 0.03, 0.01, 0.005, 0.0], [0.2, 0.2, 0.2, 0.2, 0.1, 0.05]])  # mass 0.995 and 0.95
     mu = route_ascent.behaviour(p, 0.3)
     assert torch.allclose(mu.sum(-1), torch.ones(2))
-    assert float(mu.min()) >= 0.3 / 6 - 1e-7 and torch.allclose(route_ascent.behaviour(p, 0.0), p / p.sum(-1, keepdim=True))
+    assert float(mu.min()) >= 0.3 / 6 - 1e-7
+    assert torch.allclose(route_ascent.behaviour(p, 0.0), p / p.sum(-1, keepdim=True))

@@ -173,7 +173,8 @@ def main(argv=None) -> int:
         if args.out:  # each reading as it comes: a long ascent stopped early keeps what it read
             with args.out.open("a") as f:
                 f.write(json.dumps(r) + "\n")
-        per = " ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in r.items() if k.startswith("p_best/") and k != "p_best/all")
+        per = " ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in r.items()
+                       if k.startswith("p_best/") and k != "p_best/all")
         print(f"update {step:4d} | P(best) {r['p_best/all']:.3f} | {per}", flush=True)
 
     read(0)
