@@ -87,8 +87,7 @@ def p_best(model, tok, held: list[tuple[str, str]], ids, names, best) -> dict[st
     with torch.no_grad():
         for i in range(0, len(held), 64):
             chunk = held[i:i + 64]
-            p = name_probs(model, tok, chunk, ids)
-            p = p / p.sum(-1, keepdim=True)
+            p = over_names(name_probs(model, tok, chunk, ids))
             for (_, d), row in zip(chunk, p):
                 per.setdefault(d, []).append(float(row[names.index(best[d])]))
     out = {d: sum(v) / len(v) for d, v in sorted(per.items())}
@@ -96,10 +95,14 @@ def p_best(model, tok, held: list[tuple[str, str]], ids, names, best) -> dict[st
     return out
 
 
+def over_names(p: torch.Tensor) -> torch.Tensor:
+    """(B, names): the policy normalised over the listed names, as route_probs reads it."""
+    return p / p.sum(-1, keepdim=True)
+
+
 def behaviour(p: torch.Tensor, explore: float) -> torch.Tensor:
     """(B, names): the policy over the listed names, mixed with a uniform draw at rate `explore`."""
-    pn = p / p.sum(-1, keepdim=True)
-    return (1 - explore) * pn + explore / pn.shape[-1]
+    return (1 - explore) * over_names(p) + explore / p.shape[-1]
 
 
 class NameCritic(torch.nn.Module):
@@ -158,10 +161,9 @@ def main(argv=None) -> int:
     ids = name_ids(tok, PREFIXES[args.style].format(domain="science"), names)
     train, held = rows(args.data, tok, args.style, set(q)), rows(args.eval_data, tok, args.style, set(q))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    if args.estimator == "critic":  # the embedded default's critic lr
+    if args.estimator == "critic":
         critic = NameCritic(args.checkpoint, len(names))
         critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr)
-    readings = []
     if args.out:
         args.out.write_text("")
 
@@ -169,7 +171,6 @@ def main(argv=None) -> int:
         model.eval()
         r = {"update": step, **{f"p_best/{k}": v for k, v in p_best(model, tok, held, ids, names, best).items()}}
         model.train()
-        readings.append(r)
         if args.out:  # each reading as it comes: a long ascent stopped early keeps what it read
             with args.out.open("a") as f:
                 f.write(json.dumps(r) + "\n")
@@ -178,7 +179,6 @@ def main(argv=None) -> int:
         print(f"update {step:4d} | P(best) {r['p_best/all']:.3f} | {per}", flush=True)
 
     read(0)
-    model.train()
     for step in range(1, args.updates + 1):
         batch = rng.sample(train, min(args.batch, len(train)))
         qs = torch.tensor([[q[d][m] for m in names] for _, d in batch])  # (B, names)
@@ -199,16 +199,16 @@ def main(argv=None) -> int:
             with torch.no_grad():
                 mu = behaviour(p, args.explore)  # (B, names)
                 pick = torch.multinomial(mu, k, replacement=True)  # (B, K)
-                weight = (p / p.sum(-1, keepdim=True)).gather(1, pick) / mu.gather(1, pick)  # (B, K): pi / mu
+                weight = over_names(p).gather(1, pick) / mu.gather(1, pick)  # (B, K): pi / mu
                 won = torch.bernoulli(qs.gather(1, pick).clamp(0, 1))  # (B, K): paid 1 w.p. Q (Q <= 1)
                 if k == 1:  # a perfect critic: the expected reward under the policy
-                    base = ((p * qs).sum(-1) / p.sum(-1))[:, None]
+                    base = (over_names(p) * qs).sum(-1, keepdim=True)
                 else:  # leave-one-out: the other draws from the same prefix
                     base = (won.sum(-1, keepdim=True) - won) / (k - 1)
                 adv = (won - base) * weight  # (B, K)
             loss = -(adv * p.gather(1, pick).log()).mean()
         if args.entropy_coef:
-            pn = p / p.sum(-1, keepdim=True)
+            pn = over_names(p)
             loss = loss + args.entropy_coef * (pn * pn.clamp_min(1e-12).log()).sum(-1).mean()
         opt.zero_grad()
         loss.backward()
