@@ -21,6 +21,12 @@ Turn budgets (AdaTurn, off unless `budgets` is set): each prompt gets a budget T
 from `budgets`, stated in its prompt and used as its episode's routing limit; what a
 route asked for after the budget is spent leads to is `budget_mode` (episode.BUDGET_MODES).
 
+Forked groups (off unless `branch_turns` is set; training, continuous schedule): the rollout.n episodes of a
+prompt share one trunk up to a turn drawn per group, then each samples that turn and the rest alone, so their
+rewards compare the fork turn's choices (which model to ask) from one prefix. `info["branch_mask"]` marks each
+episode's fork turn; the trainer credits those tokens against their siblings (ppo_trainer._advantages). Tree
+rollouts that branch at tool calls: ARPO (Dong et al., 2025), TreeRPO (Yang et al., 2025).
+
 Alpha conditioning (off unless `alphas` is set): each prompt gets a cost weight alpha drawn
 from `alphas`, stated in its prompt (prompts.alpha_text), and its reward uses that alpha; the
 cost normaliser's window is shared by all alphas. One policy then serves any cost preference.
@@ -28,6 +34,7 @@ cost normaliser's window is shared by all alphas. One policy then serves any cos
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import zlib
 from dataclasses import dataclass, field, replace
@@ -136,6 +143,23 @@ class RouterEnv:
         rng = np.random.default_rng(key)
         return self.cfg.alphas[int(rng.integers(len(self.cfg.alphas)))]
 
+    def fork_turn_of(self, uid: str, sampling: SamplingParams) -> int:
+        """The turn a training group forks at: drawn from branch_turns as alpha_of draws (its own stream)."""
+        key = [zlib.crc32(str(uid).encode()), 2, 0 if sampling.seed is None else int(sampling.seed)]
+        return self.cfg.branch_turns[int(np.random.default_rng(key).integers(len(self.cfg.branch_turns)))]
+
+    def groups_of(self, rows, sampling: SamplingParams, validate: bool) -> list[tuple[list[int], int | None]]:
+        """Runs of rows with one uid (a prompt's rollout.n samples), each with its fork turn; None: played apart."""
+        groups: list[tuple[list[int], int | None]] = []
+        for i, r in enumerate(rows):
+            if groups and rows[groups[-1][0][0]].uid == r.uid:
+                groups[-1][0].append(i)
+            else:
+                groups.append(([i], None))
+        if not self.cfg.branch_turns or validate:
+            return [([i], None) for idx, _ in groups for i in idx]
+        return [(idx, self.fork_turn_of(rows[idx[0]].uid, sampling) if len(idx) > 1 else None) for idx, _ in groups]
+
     def row_load(self, row, sampling: SamplingParams, validate: bool) -> float:
         """The row's routing limit as its episode will have it: the engine's hint for spreading rows over ranks."""
         budget = self.budget_of(row.uid, sampling, validate)
@@ -190,10 +214,11 @@ class RouterEnv:
         (`rollout` runs it; streaming rollouts await it per prompt group on `submit`'s loop)."""
         episodes = self.episodes_for(rows, sampling, validate)
         alphas = [self.alpha_of(r.uid, sampling, validate) for r in rows]
+        groups = self.groups_of(rows, sampling, validate)
         sampling = self.turn_sampling(sampling, validate)
         track = LogprobTrack(episodes) if sampling.return_logprobs else None
-        await self._run_continuous(episodes, engine, sampling, track)
-        return self._result(episodes, track, alphas)
+        await self._run_continuous(episodes, engine, sampling, track, groups)
+        return self._result(episodes, track, alphas, forked=bool(self.cfg.branch_turns) and not validate)
 
     def token_parts(self, response_ids: list[list[int]]) -> list[list[int]]:
         """Each response token's part id (router_r1/token_parts.py); the trainer asks for its training batches only."""
@@ -221,11 +246,38 @@ class RouterEnv:
         if release is not None:  # the engine may free what it kept of this episode
             release(ep.context())
 
+    async def play_group(self, episodes: list[Episode], idx: list[int], fork_turn: int,
+                         engine: AsyncRolloutBackend, sampling: SamplingParams,
+                         track: "LogprobTrack | None" = None) -> None:
+        """A prompt group as a tree: episodes[idx[0]] plays up to turn `fork_turn` (or up to the turn it ended
+        with, if it ends first), the others start there as its copies, and each plays on alone."""
+        trunk = episodes[idx[0]]
+        while True:
+            fork = copy.deepcopy(trunk), (list(track.turns[id(trunk)]) if track is not None else None)
+            if trunk.turn >= fork_turn:
+                break
+            action = self._generated(trunk, await engine.generate_one(trunk.context(), sampling), track)
+            if action is not None and not trunk.done:
+                self.rules.after_pool(trunk, await self.client.route_one(RouteRequest(action.model, action.query)))
+            if trunk.done:  # ended before the fork turn: the siblings sample its last turn again
+                break
+        origin, origin_turns = fork
+        origin.branch_from = trunk.branch_from = len(origin.response_ids)
+        for j in idx[1:]:
+            episodes[j] = copy.deepcopy(origin)
+            if track is not None:
+                track.copy(origin_turns, episodes[j])
+        await asyncio.gather(*(self.play(episodes[j], engine, sampling, track) for j in idx))
+
     async def _run_continuous(self, episodes: list[Episode], engine: AsyncRolloutBackend,
-                              sampling: SamplingParams, track: "LogprobTrack | None") -> None:
+                              sampling: SamplingParams, track: "LogprobTrack | None",
+                              groups: list[tuple[list[int], int | None]] | None = None) -> None:
         # A failing episode means a bug in our code (the client never raises): surface it, and stop the
         # others instead of leaving them running on the client's loop.
-        tasks = [asyncio.ensure_future(self.play(ep, engine, sampling, track)) for ep in episodes]
+        groups = groups or [([i], None) for i in range(len(episodes))]
+        tasks = [asyncio.ensure_future(self.play(episodes[idx[0]], engine, sampling, track) if fork is None
+                                       else self.play_group(episodes, idx, fork, engine, sampling, track))
+                 for idx, fork in groups]
         try:
             await asyncio.gather(*tasks)
         except BaseException:
@@ -290,7 +342,7 @@ class RouterEnv:
                 raise task.exception()
 
     def _result(self, episodes: list[Episode], track: "LogprobTrack | None" = None,
-                alphas: list | None = None) -> RolloutResult:
+                alphas: list | None = None, forked: bool = False) -> RolloutResult:
         def mask(e: Episode) -> list[int]:  # mask mode: a trajectory that hit the budget is left out of the loss
             return [0] * len(e.response_mask) if self.cfg.budget_mode == "mask" and e.hit_budget else e.response_mask
 
@@ -311,6 +363,8 @@ class RouterEnv:
             result.info["rollout_log_probs"] = [track.aligned(e) for e in episodes]
         if self.cfg.alphas:
             result.info["alpha"] = alphas
+        if forked:
+            result.info["branch_mask"] = [e.branch_mask() for e in episodes]
         return result
 
     # ------------------------------------------------------------------ reward
@@ -417,6 +471,8 @@ class RouterEnvConfig:
     alphas: list[float] = field(default_factory=list)  # the set each prompt's cost weight is drawn from, stated in its prompt (prompts.alpha_text); its reward uses that alpha; empty: the one `alpha`, prompts as given
     alpha_seed: int = 0  # seed of that draw
     val_alpha: Optional[float] = None  # validation alpha; null: drawn per prompt, the same at every validation
+    # Forked groups (this module's docstring); off while branch_turns is empty
+    branch_turns: list[int] = field(default_factory=list)  # training with rollout.n > 1: a prompt's n episodes share one trunk up to a turn drawn per group from this list (0 = the first turn; a trunk that ends earlier forks at its last turn) and the trainer credits that turn's tokens against the siblings'; needs the continuous schedule
 
     def check(self) -> None:
         """ValueError naming the first key out of range (RouterEnv checks its config on construction)."""
@@ -431,6 +487,10 @@ class RouterEnvConfig:
             raise ValueError(f"env.cost_basis must be one of {'|'.join(COST_FIELDS)}, got {self.cost_basis!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"env.schedule must be one of {'|'.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.branch_turns and self.schedule != "continuous":
+            raise ValueError(f"env.branch_turns forks episodes in the continuous schedule only, not {self.schedule!r}")
+        if any(isinstance(t, bool) or t < 0 for t in self.branch_turns):
+            raise ValueError(f"env.branch_turns must be turn indices >= 0, got {self.branch_turns}")
         for a in [*self.alphas, *([] if self.val_alpha is None else [self.val_alpha])]:
             if not 0.0 <= a <= 1.0:
                 raise ValueError(f"env.alphas / env.val_alpha must be in [0, 1], got {a}")

@@ -44,6 +44,7 @@ class Episode:
     hit_budget: bool = False  # the turn budget ran out before an answer
     truncated: bool = False  # the response token budget ran out
     forced: bool = False  # a route was refused at the budget and an answer was asked for
+    branch_from: int | None = None  # forked prompt groups: where this episode left the shared trunk (response index)
 
     def context(self) -> list[int]:
         return self.prompt_ids + self.response_ids
@@ -52,6 +53,16 @@ class Episode:
         self.response_ids += ids
         self.response_mask += [1 if by_policy else 0] * len(ids)
         self.text += text
+
+    def branch_mask(self) -> list[int]:
+        """1 on the policy tokens of the turn generated right after the fork (the one its siblings share a prefix
+        with and differ from), 0 elsewhere and everywhere when the episode was not forked."""
+        mask = [0] * len(self.response_ids)
+        i = len(mask) if self.branch_from is None else self.branch_from
+        while i < len(mask) and self.response_mask[i] == 1:
+            mask[i] = 1
+            i += 1
+        return mask
 
     def rollback(self, n_ids: int, n_chars: int) -> None:
         """Cut the response back to its first `n_ids` tokens and `n_chars` characters of text."""

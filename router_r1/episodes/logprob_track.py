@@ -22,6 +22,10 @@ class LogprobTrack:
                              f"{len(out.token_ids)} tokens")
         self.turns[id(ep)].append((len(ep.response_ids), list(out.token_ids), list(out.logprobs)))
 
+    def copy(self, src_turns: list, dst: Episode) -> None:
+        """`dst` forked from an episode whose recorded turns were `src_turns` (a copy of turns[id(src)])."""
+        self.turns[id(dst)] = list(src_turns)
+
     def aligned(self, ep: Episode) -> list[float]:
         lp = [0.0] * len(ep.response_ids)  # environment tokens: 0 (masked out of every loss)
         for start, ids, lps in self.turns[id(ep)]:

@@ -277,6 +277,11 @@ class PPOTrainer:
             for i, row in enumerate(lps):
                 rollout_lp[i, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
             tensors["rollout_log_probs"] = rollout_lp
+        if (forks := result.info.get("branch_mask")) is not None:  # forked groups: each episode's fork turn
+            branch = torch.zeros(tensors["responses"].shape, dtype=torch.bool)  # (batch, response_len)
+            for i, row in enumerate(forks):
+                branch[i, :len(row)] = torch.as_tensor(row, dtype=torch.bool)
+            tensors["branch_mask"] = branch
         non_tensor = {"uid": np.array([r.uid for r in rows], dtype=object)}
         if hasattr(self.env, "token_parts"):  # the env's labels of its response tokens (part_metrics)
             non_tensor["token_part"] = object_column(self.env.token_parts(result.response_ids))
@@ -453,6 +458,12 @@ class PPOTrainer:
                                                    norm_by_std=alg.grpo_norm_by_std)
         else:
             raise ValueError(f"algorithm.adv_estimator: unknown {alg.adv_estimator!r} (gae | grpo)")
+        if "branch_mask" in batch.batch:  # forked groups (env.branch_turns): the fork turn against its siblings
+            branch = batch.batch["branch_mask"] & mask.bool()  # (batch, response_len)
+            sibling_adv, _ = compute_grpo_advantages(token_rewards.sum(-1), batch.non_tensor["uid"], mask,
+                                                     norm_by_std=alg.grpo_norm_by_std)
+            adv = torch.where(branch, sibling_adv, adv)
+            metrics["adv/fork_token_share"] = float(branch.sum() / mask.sum().clamp(min=1))
         if alg.get("decision_parts") and alg.decision_adv_weight != 1.0:
             adv = adv * self._decision_weights(batch, tuple(mask.shape))
         return {"token_level_rewards": token_rewards, "advantages": adv, "returns": returns}
