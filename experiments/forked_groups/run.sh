@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# RL from one warm start with and without forked prompt groups (env.branch_turns), over seeds (issue 44): each arm
+# is train.sh from SFT_FROM at alpha 0.6, T 0.7, no KL loss, 300 steps; then a greedy evaluation beside the warm start
+# (train.sh's), the policy's probability of each listed name at its routes (tools/analysis/route_probs), the summary.
+#   bash experiments/forked_groups/run.sh SFT OUT     SFT: a warm start's OUT (train.sh SFT_ONLY=1), e.g. the card one:
+#     RECIPE=configs/recipes/uniform_card.yaml SEED=1 OUT=SFT SFT_ONLY=1 EVAL_BASELINES= bash train.sh
+# SEEDS ("1 2 3"); ARMS ("plain|forked"); PARALLEL (2) runs at a time, OMP_NUM_THREADS 1 each (2 cores: ~25 min a pair).
+# A run already evaluated in OUT (OUT/<arm>_s<seed>/eval/summary.json) is kept.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SFT=${1:?usage: run.sh SFT OUT} OUT=${2:?usage: run.sh SFT OUT}
+PY=${PYTHON:-python}
+SEEDS=${SEEDS:-1 2 3} ARMS=${ARMS:-plain|forked} PARALLEL=${PARALLEL:-2}
+declare -A FLAGS=(
+  [plain]="actor.use_kl_loss=false"
+  # 8 prompts x 4 forked episodes: the plain arm's 32 episodes a step; forks at the first or the second route
+  [forked]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8"
+  # the same with the model names' advantage x10 (the names are ~7% of the policy's tokens)
+  [forked_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
+    algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
+  # GRPO's advantages everywhere: the shared trunk's cancel, every credit is relative to the siblings
+  [forked_grpo_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
+    algorithm.adv_estimator=grpo algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
+)
+COMMON="env.alpha=0.6 rollout.temperature=0.7 trainer.total_steps=${STEPS:-300}"
+mkdir -p "$OUT"
+one() {  # arm seed
+  local run="$OUT/$1_s$2"
+  [ -f "$run/eval/summary.json" ] && return 0
+  # shellcheck disable=SC2086  # the flags are words
+  OMP_NUM_THREADS=1 SEED=$2 SFT_FROM="$SFT" OUT="$run" EVAL_BASELINES= bash train.sh $COMMON ${FLAGS[$1]} \
+    > "$run.log" 2>&1
+  OMP_NUM_THREADS=1 $PY -m tools.analysis.route_probs --checkpoint "$run/ppo/hf" --data "$SFT/data/test.parquet" \
+    --trajectories "$run/eval/trajectories.jsonl" --run "SFT router" --pool configs/pool/sim.yaml \
+    --out "$run/route_probs.md" >> "$run.log" 2>&1
+}
+IFS='|' read -ra arms <<< "$ARMS"
+for s in $SEEDS; do
+  for a in "${arms[@]}"; do
+    [ -n "${FLAGS[$a]+x}" ] || { echo "run.sh: unknown arm $a (known: ${!FLAGS[*]})" >&2; exit 2; }
+    one "$a" "$s" &
+    while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n; done
+  done
+done
+wait
+$PY -m experiments.forked_groups.summarize "$OUT" --records "${RECORDS:-$OUT}"

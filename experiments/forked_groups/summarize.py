@@ -1,0 +1,92 @@
+"""Table of run.sh's arms: each seed's greedy test EM, RL minus its warm start (paired 95% CI), cost, P(best) at the
+warm start's routes, greedy validation EM (start, lowest, end) and the lowest sampled format rate; then each arm's mean.
+
+    python -m experiments.forked_groups.summarize OUT [--records docs/results/forked_groups]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+RUN = re.compile(r"^(?P<arm>\w+?)_s(?P<seed>\d+)$")
+P_BEST = re.compile(r"P\(best\) over \d+ hops of a known domain: ([\d.]+)")
+
+
+def read_run(run: Path) -> dict:
+    """One run's figures from eval/summary.json, route_probs.md and ppo/metrics.jsonl."""
+    runs = json.loads((run / "eval" / "summary.json").read_text())["runs"]
+    rl = next(r for r in runs if r["label"] != "SFT router")
+    paired = next(r for r in runs if r["label"] == "SFT router")["vs_router"]  # warm start - RL
+    lo, hi = paired["em_diff_ci95"]
+    rows = [json.loads(line) for line in (run / "ppo" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    val = [r["val/em/mean"] for r in rows if "val/em/mean" in r]
+    fmt = [r["format_ok/mean"] for r in rows if "format_ok/mean" in r]
+    probs = run / "route_probs.md"
+    p_best = P_BEST.search(probs.read_text()) if probs.exists() else None
+    return {"em": rl["overall"]["em"], "gain": -paired["em_diff"], "gain_ci": (-hi, -lo),
+            "cost_1e6": rl["overall"]["cost_usd"] * 1e6, "p_best": float(p_best.group(1)) if p_best else None,
+            "val": (val[0], min(val), val[-1]) if val else None, "format_min": min(fmt) if fmt else None}
+
+
+def collect(out: Path) -> dict[str, dict[int, dict]]:
+    """arm -> seed -> figures, for every evaluated OUT/<arm>_s<seed>."""
+    arms: dict[str, dict[int, dict]] = {}
+    for run in sorted(out.iterdir()):
+        m = RUN.match(run.name)
+        if m and (run / "eval" / "summary.json").exists():
+            arms.setdefault(m["arm"], {})[int(m["seed"])] = read_run(run)
+    return arms
+
+
+def _f(x, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def table(arms: dict[str, dict[int, dict]]) -> str:
+    lines = ["| arm | seed | test EM | RL - warm start [95% CI] | cost 1e-6 $ | P(best) | val EM start / min / end "
+             "| min format |", "|---|---|---|---|---|---|---|---|"]
+    for arm, seeds in arms.items():
+        for s, r in sorted(seeds.items()):
+            val = " / ".join(f"{v:.2f}" for v in r["val"]) if r["val"] else "-"
+            lines.append(f"| {arm} | {s} | {r['em']:.3f} | {r['gain']:+.3f} [{r['gain_ci'][0]:+.3f}, "
+                         f"{r['gain_ci'][1]:+.3f}] | {r['cost_1e6']:.2f} | {_f(r['p_best'], '.2f')} | {val} "
+                         f"| {_f(r['format_min'], '.2f')} |")
+        rs = list(seeds.values())
+        pb = [r["p_best"] for r in rs if r["p_best"] is not None]
+        spread = f" (sd {statistics.stdev([r['em'] for r in rs]):.3f})" if len(rs) > 1 else ""
+        lines.append(f"| **{arm}, mean of {len(rs)}** | | **{statistics.mean(r['em'] for r in rs):.3f}**{spread} "
+                     f"| {statistics.mean(r['gain'] for r in rs):+.3f} | "
+                     f"{statistics.mean(r['cost_1e6'] for r in rs):.2f} | "
+                     f"{_f(statistics.mean(pb) if pb else None, '.2f')} | | |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="run.sh's OUT: <arm>_s<seed> run directories")
+    ap.add_argument("--records", type=Path, default=None,
+                    help="write table.md here, with each run's route_probs.md as <arm>_s<seed>_route_probs.md")
+    args = ap.parse_args(argv)
+    arms = collect(args.out)
+    if not arms:
+        raise SystemExit(f"summarize: no evaluated <arm>_s<seed> run in {args.out}")
+    text = table(arms)
+    print(text)
+    if args.records:
+        args.records.mkdir(parents=True, exist_ok=True)
+        (args.records / "table.md").write_text(text + "\n")
+        for arm, seeds in arms.items():
+            for s in seeds:
+                probs = args.out / f"{arm}_s{s}" / "route_probs.md"
+                if probs.exists():
+                    shutil.copyfile(probs, args.records / f"{arm}_s{s}_route_probs.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
