@@ -116,8 +116,8 @@ def test_the_fork_turn_gets_the_sibling_advantage_and_every_other_token_the_esti
     scores = np.array([1.0, 0.0, 0.0, 0.6], dtype=np.float32)
     rows = [types.SimpleNamespace(uid="g")] * 4
 
-    def advantages(info):
-        cfg = OmegaConf.create({"algorithm": OmegaConf.structured(AlgorithmConfig(use_kl_in_reward=False))})
+    def advantages(info, **alg):
+        cfg = OmegaConf.create({"algorithm": OmegaConf.structured(AlgorithmConfig(use_kl_in_reward=False, **alg))})
         trainer = types.SimpleNamespace(tokenizer=tok, cfg=cfg, env=types.SimpleNamespace(), ref=None)
         batch = PPOTrainer.to_batch(trainer, RolloutResult([[1, 2]] * 4, ids, mask, info), rows, scores,
                                     SamplingParams(temperature=1.0))
@@ -135,3 +135,7 @@ def test_the_fork_turn_gets_the_sibling_advantage_and_every_other_token_the_esti
     assert torch.equal(forked[~on], plain[~on])
     assert not torch.allclose(forked[on], plain[on])
     assert metrics["adv/fork_token_share"] == pytest.approx(0.5)
+    alone, _ = advantages({"branch_mask": branch}, fork_only=True)  # algorithm.fork_only: the fork turns alone
+    assert torch.equal(alone[on], forked[on]) and not alone[~on].any() and plain[~on].any()
+    with pytest.raises(ValueError, match="fork_only trains the fork turns"):
+        advantages({}, fork_only=True)

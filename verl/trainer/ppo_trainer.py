@@ -458,11 +458,14 @@ class PPOTrainer:
                                                    norm_by_std=alg.grpo_norm_by_std)
         else:
             raise ValueError(f"algorithm.adv_estimator: unknown {alg.adv_estimator!r} (gae | grpo)")
+        if alg.get("fork_only") and "branch_mask" not in batch.batch:
+            raise ValueError("algorithm.fork_only trains the fork turns of forked groups, and this batch has none: "
+                             "set the env's branch_turns (a router's env.branch_turns) with rollout.n > 1")
         if "branch_mask" in batch.batch:  # forked groups (env.branch_turns): the fork turn against its siblings
             branch = batch.batch["branch_mask"] & mask.bool()  # (batch, response_len)
             sibling_adv, _ = compute_grpo_advantages(token_rewards.sum(-1), batch.non_tensor["uid"], mask,
                                                      norm_by_std=alg.grpo_norm_by_std)
-            adv = torch.where(branch, sibling_adv, adv)
+            adv = torch.where(branch, sibling_adv, torch.zeros_like(adv) if alg.get("fork_only") else adv)
             metrics["adv/fork_token_share"] = float(branch.sum() / mask.sum().clamp(min=1))
         if alg.get("decision_parts") and alg.decision_adv_weight != 1.0:
             adv = adv * self._decision_weights(batch, tuple(mask.shape))
