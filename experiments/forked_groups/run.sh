@@ -18,6 +18,9 @@ declare -A FLAGS=(
   # the same with the model names' advantage x10 (the names are ~7% of the policy's tokens)
   [forked_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
     algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
+  # the fork turns alone (algorithm.fork_only), names x10: the bandit of tools/analysis/route_ascent in whole episodes
+  [fork_only_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
+    algorithm.fork_only=true algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
   # GRPO's advantages everywhere: the shared trunk's cancel, every credit is relative to the siblings
   [forked_grpo_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
     algorithm.adv_estimator=grpo algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
