@@ -21,6 +21,9 @@ declare -A FLAGS=(
   # the fork turns alone (algorithm.fork_only), names x10: the bandit of tools/analysis/route_ascent in whole episodes
   [fork_only_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
     algorithm.fork_only=true algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
+  # ...names x100: in Adam's normalised step, nearly the names alone (the bandit's loss)
+  [fork_only_dw100]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
+    algorithm.fork_only=true algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=100"
   # GRPO's advantages everywhere: the shared trunk's cancel, every credit is relative to the siblings
   [forked_grpo_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
     algorithm.adv_estimator=grpo algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
