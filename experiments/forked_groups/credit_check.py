@@ -1,0 +1,80 @@
+"""Does the sibling credit point the right way? Forked groups from a checkpoint at its first turn, against the
+simulated pool: the mean group-relative advantage of episodes whose first route asked the hop's best model, and of
+the rest.
+
+    python -m experiments.forked_groups.credit_check --checkpoint SFT/sft --data SFT/data/train.parquet \
+        --run-config RUN/ppo/run_config.yaml [--prompts 96] [--n 4]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoint", type=Path, required=True, help="the policy (HF dir) whose forks are played")
+    ap.add_argument("--data", type=Path, required=True, help="parquet of the prompts (extra_info.domain: the hops')")
+    ap.add_argument("--run-config", type=Path, required=True, help="a training run's run_config.yaml: its env section")
+    ap.add_argument("--pool", default="configs/pool/sim.yaml", help="the simulated pool yaml (served here)")
+    ap.add_argument("--prompts", type=int, default=96, help="groups played (the data's first rows)")
+    ap.add_argument("--n", type=int, default=4, help="episodes a group")
+    ap.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (the runs')")
+    ap.add_argument("--seed", type=int, default=5, help="sampling seed")
+    args = ap.parse_args(argv)
+
+    import torch
+    from omegaconf import OmegaConf
+    from transformers import AutoModelForCausalLM
+
+    from router_r1.pool.server import ServerThread
+    from router_r1.router_env import make_env
+    from sim.backend import SimBackend
+    from tools.analysis.routing_vs_accuracy import pool_table
+    from verl.trainer.dataset import PromptDataset
+    from verl.utils.tokenizer import load_tokenizer
+    from verl.workers.rollout.base import SamplingParams
+    from verl.workers.rollout.hf_rollout import HFRollout
+
+    tok = load_tokenizer(str(args.checkpoint))
+    model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32).eval()
+    engine = HFRollout(model, tok, eos_token_ids=[tok.eos_token_id])
+    rows = [r for r in PromptDataset(str(args.data), tok).rows[: args.prompts] for _ in range(args.n)]
+    env_cfg = OmegaConf.to_container(OmegaConf.load(args.run_config), resolve=True)["env"]  # the run's lengths
+    with ServerThread(SimBackend.from_pool_yaml(args.pool, seed=0, latency_scale=0.0)) as srv:
+        env_cfg.update(pool=args.pool, pool_url=srv.url, branch_turns=[0], prompt_template=None)
+        env = make_env(env_cfg, tok)
+        sampling = SamplingParams(temperature=args.temperature, max_new_tokens=64, seed=args.seed)
+        result = env.rollout(rows, engine, sampling, validate=False)
+        scores, _ = env.score(result, rows, validate=False)
+        env.client.close()
+
+    names, acc, price = pool_table(args.pool)
+    best = {d: max(names, key=lambda m: (acc[d][m], -price[m])) for d in acc}
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        groups[r.uid].append(i)
+    on_best, other, informative = [], [], 0
+    for idx in groups.values():
+        s = np.array([scores[i] for i in idx], dtype=float)
+        if s.std() == 0:
+            continue
+        informative += 1
+        adv = (s - s.mean()) / (s.std(ddof=1) + 1e-6)
+        domain = rows[idx[0]].fields["extra_info"]["domain"].split(">")[0]
+        for a, i in zip(adv, idx):
+            (on_best if result.info["turns"][i][0].get("model") == best[domain] else other).append(a)
+    print(f"{informative} of {len(groups)} groups have differing rewards")
+    for label, xs in (("asked the hop's best model", on_best), ("asked another", other)):
+        mean = f"{statistics.mean(xs):+.2f}" if xs else "-"
+        print(f"{label}: {len(xs)} episodes, mean sibling advantage {mean}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
