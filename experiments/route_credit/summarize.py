@@ -43,7 +43,7 @@ def plot(runs: dict[str, list[dict]], out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(out, dpi=80)
+    fig.savefig(out, dpi=64)
 
 
 def main(argv=None) -> int:
