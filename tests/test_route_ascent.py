@@ -61,6 +61,18 @@ def test_the_sampled_and_critic_estimators_update_the_policy(router, tmp_path, f
     assert len(got) == 2 and got[1]["p_best/all"] != got[0]["p_best/all"]
 
 
+def test_ppo_epochs_take_the_plain_step_first_then_clipped_ones(router, tmp_path):
+    """One PPO epoch is the policy-gradient step (the ratio is 1 where it is taken); more epochs move further; the
+    option belongs to the sampled estimator."""
+    flags = ["--estimator", "sampled", "--samples", "3", "--updates", "3", "--every", "3", "--lr", "3e-3"]
+    plain, one, three = (run(router, tmp_path, *flags, *extra) for extra in ([], ["--ppo-epochs", "1"],
+                                                                           ["--ppo-epochs", "3"]))
+    assert one[1]["p_best/all"] == pytest.approx(plain[1]["p_best/all"], abs=1e-5)
+    assert three[1]["p_best/all"] != pytest.approx(one[1]["p_best/all"], abs=1e-4)
+    with pytest.raises(SystemExit):
+        run(router, tmp_path, "--ppo-epochs", "2")  # the exact estimator has no draws to clip
+
+
 def test_a_name_of_several_tokens_is_refused_by_name(router):
     tok = tiny_tokenizer()  # the names are BPE pieces here
     with pytest.raises(SystemExit, match="'Qwen2.5-7B-Instruct' is not one token after"):

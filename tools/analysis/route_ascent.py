@@ -12,6 +12,9 @@ the dearest listed price (a proxy for the run's windowed cost reward). Estimator
   name, read at the prefix's end) on Q(prefix, name); the policy ascends sum_m pi(m) Q_critic(prefix, m) over every
   name (mean actor-critic, Allen et al. 2017): exact's update with learned values.
 
+`--ppo-epochs E` (sampled): each batch's draws update the policy E times through PPO's clipped ratio (`--clip`), as
+the trainer's epochs do; an update is then one batch, E optimizer steps.
+
 `--explore E` draws each sampled name from (1 - E) pi + E uniform over the listed names (the policy gradient then
 weighted by pi / that mixture), so every name keeps being tried whatever the policy has settled on.
 
@@ -138,6 +141,9 @@ def main(argv=None) -> int:
     ap.add_argument("--entropy-coef", type=float, default=0.0, help="weight of the listed names' entropy in the loss")
     ap.add_argument("--explore", type=float, default=0.0,
                     help="sampled, critic: share of draws made uniformly over the listed names (off-policy)")
+    ap.add_argument("--ppo-epochs", type=int, default=0,
+                    help="sampled: optimizer steps per batch through PPO's clipped ratio (0: one plain policy-gradient step)")
+    ap.add_argument("--clip", type=float, default=0.2, help="with --ppo-epochs: the ratio's clip range (the trainer's)")
     ap.add_argument("--critic-lr", type=float, default=5e-4, help="critic: its Adam step size (the embedded default's)")
     ap.add_argument("--lr", type=float, default=1e-4, help="Adam step size (the embedded default's actor lr)")
     ap.add_argument("--updates", type=int, default=600, help="optimizer updates (300 PPO steps x 2 epochs = 600)")
@@ -146,6 +152,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="sampling and batch order")
     ap.add_argument("--out", type=Path, default=None, help="JSONL of the P(best) readings")
     args = ap.parse_args(argv)
+    if args.ppo_epochs < 0 or (args.ppo_epochs and args.estimator != "sampled"):
+        ap.error("--ppo-epochs: a count >= 0, for --estimator sampled only")
 
     from transformers import AutoModelForCausalLM
 
@@ -207,6 +215,17 @@ def main(argv=None) -> int:
                     base = (won.sum(-1, keepdim=True) - won) / (k - 1)
                 adv = (won - base) * weight  # (B, K)
             loss = -(adv * p.gather(1, pick).log()).mean()
+            if args.ppo_epochs:  # PPO's epochs on this batch: the clipped surrogate of pi / pi_old at the picks
+                old = p.gather(1, pick).detach()  # (B, K)
+                for epoch in range(args.ppo_epochs):
+                    if epoch:
+                        p = name_probs(model, tok, batch, ids)
+                    ratio = p.gather(1, pick) / old
+                    loss = -torch.min(ratio * adv, ratio.clamp(1 - args.clip, 1 + args.clip) * adv).mean()
+                    if epoch < args.ppo_epochs - 1:
+                        opt.zero_grad()
+                        loss.backward()
+                        opt.step()
         if args.entropy_coef:
             pn = over_names(p)
             loss = loss + args.entropy_coef * (pn * pn.clamp_min(1e-12).log()).sum(-1).mean()
