@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 SFT=${1:?usage: run.sh SFT DATA OUT} DATA=${2:?usage: run.sh SFT DATA OUT} OUT=${3:?usage: run.sh SFT DATA OUT}
 PY=${PYTHON:-python}
 UPDATES=${UPDATES:-600}
-VARIANTS=${VARIANTS:-"exact:--estimator exact|sampled:--estimator sampled|sampled_batch192:--estimator sampled --batch 192|samples4:--estimator sampled --samples 4|samples4_batch6:--estimator sampled --samples 4 --batch 6|entropy0.05:--estimator sampled --entropy-coef 0.05|critic:--estimator critic|critic_explore0.3:--estimator critic --explore 0.3"}
+VARIANTS=${VARIANTS:-"exact:--estimator exact|sampled:--estimator sampled|sampled_batch192:--estimator sampled --batch 192|samples4:--estimator sampled --samples 4|samples4_batch6:--estimator sampled --samples 4 --batch 6|samples4_batch6_ppo2:--estimator sampled --samples 4 --batch 6 --ppo-epochs 2 --updates 300|entropy0.05:--estimator sampled --entropy-coef 0.05|critic:--estimator critic|critic_explore0.3:--estimator critic --explore 0.3"}
 mkdir -p "$OUT"
 IFS='|' read -ra runs <<< "$VARIANTS"
 for run in "${runs[@]}"; do
