@@ -4,7 +4,8 @@
 # (train.sh's), the policy's probability of each listed name at its routes (tools/analysis/route_probs), the summary.
 #   bash experiments/forked_groups/run.sh SFT OUT     SFT: a warm start's OUT (train.sh SFT_ONLY=1), e.g. the card one:
 #     RECIPE=configs/recipes/uniform_card.yaml SEED=1 OUT=SFT SFT_ONLY=1 EVAL_BASELINES= bash train.sh
-# SEEDS ("1 2 3"); ARMS ("plain|forked"); PARALLEL (2) runs at a time, OMP_NUM_THREADS 1 each (2 cores: ~25 min a pair).
+# SEEDS ("1 2 3"); ARMS ("plain|forked"); PARALLEL (2) runs at a time, THREADS (1) each (2 cores: ~25 min a pair);
+# STEPS (300).
 # A run already evaluated in OUT (OUT/<arm>_s<seed>/eval/summary.json) is kept.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,6 +25,8 @@ declare -A FLAGS=(
   # ...names x100: in Adam's normalised step, nearly the names alone (the bandit's loss)
   [fork_only_dw100]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
     algorithm.fork_only=true algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=100"
+  # one PPO epoch a batch (the bandit learns at this rate with single steps; run it with STEPS=600)
+  [forked_1epoch]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8 actor.ppo_epochs=1"
   # GRPO's advantages everywhere: the shared trunk's cancel, every credit is relative to the siblings
   [forked_grpo_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
     algorithm.adv_estimator=grpo algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
@@ -34,7 +37,7 @@ one() {  # arm seed
   local run="$OUT/$1_s$2"
   [ -f "$run/eval/summary.json" ] && return 0
   # shellcheck disable=SC2086  # the flags are words
-  OMP_NUM_THREADS=1 SEED=$2 SFT_FROM="$SFT" OUT="$run" EVAL_BASELINES= bash train.sh $COMMON ${FLAGS[$1]} \
+  OMP_NUM_THREADS=${THREADS:-1} SEED=$2 SFT_FROM="$SFT" OUT="$run" EVAL_BASELINES= bash train.sh $COMMON ${FLAGS[$1]} \
     > "$run.log" 2>&1
   OMP_NUM_THREADS=1 $PY -m tools.analysis.route_probs --checkpoint "$run/ppo/hf" --data "$SFT/data/test.parquet" \
     --trajectories "$run/eval/trajectories.jsonl" --run "SFT router" --pool configs/pool/sim.yaml \
