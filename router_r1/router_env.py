@@ -150,15 +150,15 @@ class RouterEnv:
 
     def groups_of(self, rows, sampling: SamplingParams, validate: bool) -> list[tuple[list[int], int | None]]:
         """Runs of rows with one uid (a prompt's rollout.n samples), each with its fork turn; None: played apart."""
-        groups: list[tuple[list[int], int | None]] = []
-        for i, r in enumerate(rows):
-            if groups and rows[groups[-1][0][0]].uid == r.uid:
-                groups[-1][0].append(i)
-            else:
-                groups.append(([i], None))
         if not self.cfg.branch_turns or validate:
-            return [([i], None) for idx, _ in groups for i in idx]
-        return [(idx, self.fork_turn_of(rows[idx[0]].uid, sampling) if len(idx) > 1 else None) for idx, _ in groups]
+            return [([i], None) for i in range(len(rows))]
+        runs: list[list[int]] = []
+        for i, r in enumerate(rows):
+            if runs and rows[runs[-1][0]].uid == r.uid:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        return [(idx, self.fork_turn_of(rows[idx[0]].uid, sampling) if len(idx) > 1 else None) for idx in runs]
 
     def row_load(self, row, sampling: SamplingParams, validate: bool) -> float:
         """The row's routing limit as its episode will have it: the engine's hint for spreading rows over ranks."""
@@ -271,10 +271,10 @@ class RouterEnv:
 
     async def _run_continuous(self, episodes: list[Episode], engine: AsyncRolloutBackend,
                               sampling: SamplingParams, track: "LogprobTrack | None",
-                              groups: list[tuple[list[int], int | None]] | None = None) -> None:
+                              groups: list[tuple[list[int], int | None]]) -> None:
+        """`groups` as groups_of gives them: each row index run played alone (fork None) or as a forked group."""
         # A failing episode means a bug in our code (the client never raises): surface it, and stop the
         # others instead of leaving them running on the client's loop.
-        groups = groups or [([i], None) for i in range(len(episodes))]
         tasks = [asyncio.ensure_future(self.play(episodes[idx[0]], engine, sampling, track) if fork is None
                                        else self.play_group(episodes, idx, fork, engine, sampling, track))
                  for idx, fork in groups]

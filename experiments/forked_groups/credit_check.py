@@ -13,8 +13,6 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -35,7 +33,8 @@ def main(argv=None) -> int:
     from router_r1.pool.server import ServerThread
     from router_r1.router_env import make_env
     from sim.backend import SimBackend
-    from tools.analysis.routing_vs_accuracy import pool_table
+    from tools.analysis.route_probs import best_per_domain
+    from verl.algos.advantages import compute_grpo_advantages
     from verl.trainer.dataset import PromptDataset
     from verl.utils.tokenizer import load_tokenizer
     from verl.workers.rollout.base import SamplingParams
@@ -54,21 +53,21 @@ def main(argv=None) -> int:
         scores, _ = env.score(result, rows, validate=False)
         env.client.close()
 
-    names, acc, price = pool_table(args.pool)
-    best = {d: max(names, key=lambda m: (acc[d][m], -price[m])) for d in acc}
+    best = best_per_domain(args.pool, env.registry.names)
+    # the trainer's sibling advantage: score - group mean, over the group's std (one token an episode here)
+    adv, _ = compute_grpo_advantages(torch.as_tensor(scores), [r.uid for r in rows], torch.ones(len(rows), 1))
     groups: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(rows):
         groups[r.uid].append(i)
     on_best, other, informative = [], [], 0
     for idx in groups.values():
-        s = np.array([scores[i] for i in idx], dtype=float)
-        if s.std() == 0:
+        if len({float(scores[i]) for i in idx}) == 1:
             continue
         informative += 1
-        adv = (s - s.mean()) / (s.std(ddof=1) + 1e-6)
         domain = rows[idx[0]].fields["extra_info"]["domain"].split(">")[0]
-        for a, i in zip(adv, idx):
-            (on_best if result.info["turns"][i][0].get("model") == best[domain] else other).append(a)
+        for i in idx:
+            asked = result.info["turns"][i][0].get("model")
+            (on_best if asked == best[domain] else other).append(float(adv[i, 0]))
     print(f"{informative} of {len(groups)} groups have differing rewards")
     for label, xs in (("asked the hop's best model", on_best), ("asked another", other)):
         mean = f"{statistics.mean(xs):+.2f}" if xs else "-"

@@ -271,17 +271,11 @@ class PPOTrainer:
         tensors = pad_trajectories(result.prompt_ids, result.response_ids, result.response_mask,
                                    pad_id=self.tokenizer.pad_token_id)
         tensors["scores"] = torch.as_tensor(np.asarray(scores), dtype=torch.float32)  # (batch,)
-        lps = result.info.get("rollout_log_probs")
-        if lps is not None:  # the sampling engine's log-probs, aligned with `responses`
-            rollout_lp = torch.zeros(tensors["responses"].shape, dtype=torch.float32)  # (batch, response_len)
-            for i, row in enumerate(lps):
-                rollout_lp[i, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
-            tensors["rollout_log_probs"] = rollout_lp
+        shape = tensors["responses"].shape  # (batch, response_len)
+        if (lps := result.info.get("rollout_log_probs")) is not None:  # the sampling engine's, aligned with `responses`
+            tensors["rollout_log_probs"] = _right_padded(lps, shape, torch.float32)
         if (forks := result.info.get("branch_mask")) is not None:  # forked groups: each episode's fork turn
-            branch = torch.zeros(tensors["responses"].shape, dtype=torch.bool)  # (batch, response_len)
-            for i, row in enumerate(forks):
-                branch[i, :len(row)] = torch.as_tensor(row, dtype=torch.bool)
-            tensors["branch_mask"] = branch
+            tensors["branch_mask"] = _right_padded(forks, shape, torch.bool)
         non_tensor = {"uid": np.array([r.uid for r in rows], dtype=object)}
         if hasattr(self.env, "token_parts"):  # the env's labels of its response tokens (part_metrics)
             non_tensor["token_part"] = object_column(self.env.token_parts(result.response_ids))
@@ -733,6 +727,14 @@ class PPOTrainer:
                    "final_loss": sum(recent) / max(1, len(recent)), "tokens": self.sft_tokens,
                    "tokens_per_s": self.sft_tokens / max(train_s, 1e-9), "train_s": train_s, "stopped": self.stopped}
         (self.out_dir / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _right_padded(rows: list[list], shape, dtype) -> torch.Tensor:
+    """Per-token rows laid into a zero tensor of `shape` (batch, response_len) from position 0, as responses are."""
+    out = torch.zeros(shape, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = torch.as_tensor(row, dtype=dtype)
+    return out
 
 
 def _ranges(steps: list[int]) -> str:
