@@ -59,11 +59,26 @@ def trajectory(uid: str) -> dict:
 
 def test_route_points_find_each_routed_name_in_the_text():
     t = trajectory("q0")
-    points = route_probs.route_points(t)
-    assert [(m, d) for _, m, d in points] == [("Mistral-7B-Instruct", "people"), ("LLaMA-3.1-8B-Instruct", "geography")]
-    for offset, model, _ in points:
-        assert t["text"][offset:offset + len(model)] == model
-    assert t["text"][:points[1][0]].endswith("A geography fact. Ask ")
+    for at_route, before in [(True, "</think><search>"), (False, "A geography fact. Ask ")]:
+        points = route_probs.route_points(t, at_route)
+        assert [(m, d) for _, m, d in points] == [("Mistral-7B-Instruct", "people"),
+                                                  ("LLaMA-3.1-8B-Instruct", "geography")]
+        for offset, model, _ in points:
+            assert t["text"][offset:offset + len(model)] == model
+        assert t["text"][:points[1][0]].endswith(before)
+
+
+def test_a_route_apart_from_its_think_is_read_where_the_search_names_it():
+    # an RL router writes "Ask X" and routes to Y: its routing decision is the name in <search>
+    hop = "<think>A science fact. Ask Mistral-7B-Instruct.</think><search>LLaMA-3.1-8B-Instruct: Who found Sorium?</search>"
+    t = {"text": hop + "\n\n<information>Bo.</information>\n\n<answer>Bo</answer>",
+         "turns": [{"generated": hop, "action": "route", "model": "LLaMA-3.1-8B-Instruct", "domain": "science"}]}
+    (offset, model, _), = route_probs.route_points(t)
+    assert t["text"][:offset].endswith("Mistral-7B-Instruct.</think><search>")
+    hop_first = hop.replace("Ask Mistral-7B-Instruct", "Ask LLaMA-3.1-8B-Instruct")
+    t_first = {"text": hop_first, "turns": [dict(t["turns"][0], generated=hop_first)]}
+    (offset, _, _), = route_probs.route_points(t_first, at_route=False)
+    assert t_first["text"][:offset].endswith("Ask ")
 
 
 def test_main_writes_a_table_whose_rows_sum_to_one(tmp_path):

@@ -5,7 +5,8 @@
 #   bash experiments/forked_groups/run.sh SFT OUT     SFT: a warm start's OUT (train.sh SFT_ONLY=1), e.g. the card one:
 #     RECIPE=configs/recipes/uniform_card.yaml SEED=1 OUT=SFT SFT_ONLY=1 EVAL_BASELINES= bash train.sh
 # SEEDS ("1 2 3"); ARMS ("plain|forked"); PARALLEL (2) runs at a time, THREADS (1) each (2 cores: ~25 min a pair);
-# STEPS (300).
+# STEPS (300); TIME_LIMIT (seconds of training a run, then it is saved and evaluated; empty: none); EXTRA (overrides
+# for every arm, e.g. larger micro-batches on a GPU).
 # A run already evaluated in OUT (OUT/<arm>_s<seed>/eval/summary.json) is kept.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,12 +27,29 @@ declare -A FLAGS=(
   [fork_only_dw100]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
     algorithm.fork_only=true algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=100"
   # one PPO epoch a batch (the bandit learns at this rate with single steps; run it with STEPS=600)
-  [forked_1epoch]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8 actor.ppo_epochs=1"
+  [forked_1epoch]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
+    actor.ppo_epochs=1"
+  # 4x the prompts a step (128 episodes; a GPU's batch), one optimizer step an epoch: the bandit's rate of prefixes
+  [plain_x4]="actor.use_kl_loss=false data.train_batch_size=128
+    actor.ppo_mini_batch_size=128 critic.ppo_mini_batch_size=128"
+  [forked_x4]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=32
+    actor.ppo_mini_batch_size=128 critic.ppo_mini_batch_size=128"
+  [forked_x4_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=32
+    actor.ppo_mini_batch_size=128 critic.ppo_mini_batch_size=128
+    algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
+  # ...one PPO epoch a batch (two lock the bandit's marginal in: docs/results/route_credit), at lr 1e-4 and 2e-4
+  [forked_x4_1ep]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=32
+    actor.ppo_mini_batch_size=128 critic.ppo_mini_batch_size=128 actor.ppo_epochs=1"
+  [forked_x4_1ep_lr2]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=32
+    actor.ppo_mini_batch_size=128 critic.ppo_mini_batch_size=128 actor.ppo_epochs=1 actor.lr=2e-4"
+  [plain_x4_1ep_lr2]="actor.use_kl_loss=false data.train_batch_size=128
+    actor.ppo_mini_batch_size=128 critic.ppo_mini_batch_size=128 actor.ppo_epochs=1 actor.lr=2e-4"
   # GRPO's advantages everywhere: the shared trunk's cancel, every credit is relative to the siblings
   [forked_grpo_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
     algorithm.adv_estimator=grpo algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
 )
-COMMON="env.alpha=0.6 rollout.temperature=0.7 trainer.total_steps=${STEPS:-300}"
+COMMON="env.alpha=0.6 rollout.temperature=0.7 trainer.total_steps=${STEPS:-300}
+  ${TIME_LIMIT:+trainer.time_limit_s=$TIME_LIMIT} ${EXTRA:-}"
 mkdir -p "$OUT"
 one() {  # arm seed
   local run="$OUT/$1_s$2"

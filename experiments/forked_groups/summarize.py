@@ -1,7 +1,8 @@
-"""Table of run.sh's arms: each seed's greedy test EM, RL minus its warm start (paired 95% CI), cost, P(best) at the
-warm start's routes, greedy validation EM (start, lowest, end) and the lowest sampled format rate; then each arm's mean.
+"""Table of run.sh's arms: each seed's greedy test EM, RL minus its warm start (paired 95% CI), cost, the share of
+its greedy test routes that ask the hop's best model, P(best) at the warm start's routes (route_probs.md), greedy
+validation EM (start, lowest, end) and the lowest sampled format rate; then each arm's mean.
 
-    python -m experiments.forked_groups.summarize OUT [--records docs/results/forked_groups]
+    python -m experiments.forked_groups.summarize OUT [--records docs/results/forked_groups] [--pool POOL]
 """
 from __future__ import annotations
 
@@ -17,8 +18,15 @@ RUN = re.compile(r"^(?P<arm>\w+?)_s(?P<seed>\d+)$")
 P_BEST = re.compile(r"P\(best\) over \d+ hops of a known domain: ([\d.]+)")
 
 
-def read_run(run: Path) -> dict:
-    """One run's figures from eval/summary.json, route_probs.md and ppo/metrics.jsonl."""
+def best_route_share(trajectories: list[dict], best: dict[str, str]) -> float | None:
+    """Share of the routed hops of a known domain that ask that domain's best model (None: no such hop)."""
+    hops = [t for traj in trajectories for t in traj.get("turns", [])
+            if t.get("action") == "route" and t.get("model") and t.get("domain") in best]
+    return sum(t["model"] == best[t["domain"]] for t in hops) / len(hops) if hops else None
+
+
+def read_run(run: Path, best: dict[str, str]) -> dict:
+    """One run's figures from eval/summary.json and trajectories.jsonl, route_probs.md and ppo/metrics.jsonl."""
     runs = json.loads((run / "eval" / "summary.json").read_text())["runs"]
     rl = next(r for r in runs if r["label"] != "SFT router")
     paired = next(r for r in runs if r["label"] == "SFT router")["vs_router"]  # warm start - RL
@@ -28,18 +36,21 @@ def read_run(run: Path) -> dict:
     fmt = [r["format_ok/mean"] for r in rows if "format_ok/mean" in r]
     probs = run / "route_probs.md"
     p_best = P_BEST.search(probs.read_text()) if probs.exists() else None
-    return {"em": rl["overall"]["em"], "gain": -paired["em_diff"], "gain_ci": (-hi, -lo),
+    trajs = run / "eval" / "trajectories.jsonl"
+    routes = (best_route_share([t for t in map(json.loads, trajs.read_text().splitlines()) if t["run"] == rl["label"]],
+                               best) if trajs.exists() else None)
+    return {"em": rl["overall"]["em"], "gain": -paired["em_diff"], "gain_ci": (-hi, -lo), "best_routes": routes,
             "cost_1e6": rl["overall"]["cost_usd"] * 1e6, "p_best": float(p_best.group(1)) if p_best else None,
             "val": (val[0], min(val), val[-1]) if val else None, "format_min": min(fmt) if fmt else None}
 
 
-def collect(out: Path) -> dict[str, dict[int, dict]]:
+def collect(out: Path, best: dict[str, str]) -> dict[str, dict[int, dict]]:
     """arm -> seed -> figures, for every evaluated OUT/<arm>_s<seed>."""
     arms: dict[str, dict[int, dict]] = {}
     for run in sorted(out.iterdir()):
         m = RUN.match(run.name)
         if m and (run / "eval" / "summary.json").exists():
-            arms.setdefault(m["arm"], {})[int(m["seed"])] = read_run(run)
+            arms.setdefault(m["arm"], {})[int(m["seed"])] = read_run(run, best)
     return arms
 
 
@@ -48,20 +59,23 @@ def _f(x, fmt: str) -> str:
 
 
 def table(arms: dict[str, dict[int, dict]]) -> str:
-    lines = ["| arm | seed | test EM | RL - warm start [95% CI] | cost 1e-6 $ | P(best) | val EM start / min / end "
-             "| min format |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | seed | test EM | RL - warm start [95% CI] | cost 1e-6 $ | best-model routes | P(best) "
+             "| val EM start / min / end | min format |", "|---|---|---|---|---|---|---|---|---|"]
     for arm, seeds in arms.items():
         for s, r in sorted(seeds.items()):
             val = " / ".join(f"{v:.2f}" for v in r["val"]) if r["val"] else "-"
             lines.append(f"| {arm} | {s} | {r['em']:.3f} | {r['gain']:+.3f} [{r['gain_ci'][0]:+.3f}, "
-                         f"{r['gain_ci'][1]:+.3f}] | {r['cost_1e6']:.2f} | {_f(r['p_best'], '.2f')} | {val} "
+                         f"{r['gain_ci'][1]:+.3f}] | {r['cost_1e6']:.2f} | {_f(r['best_routes'], '.2f')} "
+                         f"| {_f(r['p_best'], '.2f')} | {val} "
                          f"| {_f(r['format_min'], '.2f')} |")
         rs = list(seeds.values())
         pb = [r["p_best"] for r in rs if r["p_best"] is not None]
+        br = [r["best_routes"] for r in rs if r["best_routes"] is not None]
         spread = f" (sd {statistics.stdev([r['em'] for r in rs]):.3f})" if len(rs) > 1 else ""
         lines.append(f"| **{arm}, mean of {len(rs)}** | | **{statistics.mean(r['em'] for r in rs):.3f}**{spread} "
                      f"| {statistics.mean(r['gain'] for r in rs):+.3f} | "
                      f"{statistics.mean(r['cost_1e6'] for r in rs):.2f} | "
+                     f"{_f(statistics.mean(br) if br else None, '.2f')} | "
                      f"{_f(statistics.mean(pb) if pb else None, '.2f')} | | |")
     return "\n".join(lines)
 
@@ -71,8 +85,12 @@ def main(argv=None) -> int:
     ap.add_argument("out", type=Path, help="run.sh's OUT: <arm>_s<seed> run directories")
     ap.add_argument("--records", type=Path, default=None,
                     help="write table.md here, with each run's route_probs.md as <arm>_s<seed>_route_probs.md")
+    ap.add_argument("--pool", type=Path, default=Path("configs/pool/sim.yaml"),
+                    help="the simulated pool yaml whose accuracies name each domain's best model")
     args = ap.parse_args(argv)
-    arms = collect(args.out)
+    from router_r1.pool.registry import ModelRegistry
+    from tools.analysis.route_probs import best_per_domain
+    arms = collect(args.out, best_per_domain(args.pool, list(ModelRegistry.from_yaml(args.pool).seen().models)))
     if not arms:
         raise SystemExit(f"summarize: no evaluated <arm>_s<seed> run in {args.out}")
     text = table(arms)

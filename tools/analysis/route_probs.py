@@ -9,8 +9,10 @@ looks there like a learned rule. Here each route of the chosen run's trajectorie
 data file, by uid) and the trajectory's text up to the routed name, then every listed name scored as a continuation
 (the sum of its tokens' log-probs) and normalised over the listed names. The text is re-tokenized whole, so where a
 tokenizer merges across the pieces a rollout joined, the context differs from the rollout's by those merges. A route
-is replayed at the first place its turn writes the routed model's listed name (the think's "Ask X" where there is
-one); a route written with an alias only is left out.
+is replayed where its `<search>` names the model (`--at route`, the name the pool is asked by; the think's "Ask X"
+before it is context), or at the turn's first mention of the routed name (`--at first`: the think's "Ask X" where
+there is one; what earlier records read, which misses a router that routes apart from its think). A route written
+with an alias only is left out.
 """
 from __future__ import annotations
 
@@ -47,8 +49,9 @@ def name_log_probs(model, tok, prefix: str, names: list[str]) -> list[float]:
     return out
 
 
-def route_points(traj: dict) -> list[tuple[int, str, str | None]]:
-    """(character offset in traj['text'] where the routed name starts, the model, the hop's domain) per route."""
+def route_points(traj: dict, at_route: bool = True) -> list[tuple[int, str, str | None]]:
+    """(character offset in traj['text'] where the routed name starts, the model, the hop's domain) per route: the
+    name inside the turn's `<search>` (at_route), else the turn's first mention of it."""
     points, at = [], 0
     for turn in traj.get("turns", []):
         gen = turn.get("generated") or ""
@@ -57,20 +60,21 @@ def route_points(traj: dict) -> list[tuple[int, str, str | None]]:
             break
         at = start + len(gen)
         if turn.get("action") == "route" and turn.get("model"):
-            name_at = gen.find(turn["model"])
+            name_at = gen.find(turn["model"], max(gen.find("<search>"), 0) if at_route else 0)
             if name_at >= 0:
                 points.append((start + name_at, turn["model"], turn.get("domain")))
     return points
 
 
-def probe(model, tok, prompts: dict[str, str], trajectories: list[dict], names: list[str]) -> list[dict]:
+def probe(model, tok, prompts: dict[str, str], trajectories: list[dict], names: list[str],
+          at_route: bool = True) -> list[dict]:
     """One record per replayed route: domain, the model the trajectory named, and P(name) over the listed names."""
     records = []
     for traj in trajectories:
         prompt = prompts.get(traj["uid"])
         if prompt is None:
             raise SystemExit(f"route_probs: uid {traj['uid']} of the trajectories is not in the data file")
-        for offset, chosen, domain in route_points(traj):
+        for offset, chosen, domain in route_points(traj, at_route):
             lp = name_log_probs(model, tok, prompt + traj["text"][:offset], names)
             mass = sum(math.exp(x) for x in lp)
             records.append({"uid": traj["uid"], "domain": domain, "chosen": chosen, "mass": mass,
@@ -124,6 +128,9 @@ def main(argv=None) -> int:
     ap.add_argument("--pool", type=Path, default=None,
                     help="pool yaml whose listed models are scored (default: the names the trajectories routed to); "
                          "a simulated pool also gives each domain's best model, whose probability the table adds")
+    ap.add_argument("--at", choices=["route", "first"], default="route",
+                    help="where a route is read: the name its <search> asks (route), or the turn's first mention of "
+                         "that name, the think's 'Ask X' where there is one (first; earlier records' reading)")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many trajectories (0: all)")
     ap.add_argument("--out", type=Path, default=None, help="write the table (markdown) here as well as to stdout")
     ap.add_argument("--json", type=Path, default=None, help="write every replayed route's probabilities here")
@@ -149,9 +156,10 @@ def main(argv=None) -> int:
         names = list(ModelRegistry.from_yaml(args.pool).seen().models)
     else:
         names = sorted({p[1] for t in trajs for p in route_points(t)})
-    records = probe(model, tok, prompts, trajs, names)
+    records = probe(model, tok, prompts, trajs, names, at_route=args.at == "route")
     best = best_per_domain(args.pool, names) if args.pool else {}
-    text = f"{args.checkpoint}, routes of {run!r}: {len(records)}\n\n" + table(records, names, best)
+    text = (f"{args.checkpoint}, routes of {run!r} read at the {'<search> name' if args.at == 'route' else 'first mention'}"
+            f": {len(records)}\n\n" + table(records, names, best))
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
