@@ -81,6 +81,35 @@ def test_a_route_apart_from_its_think_is_read_where_the_search_names_it():
     assert t_first["text"][:offset].endswith("Ask ")
 
 
+def test_think_names_find_the_name_each_think_writes_before_its_search():
+    t = trajectory("q0")
+    thinks = route_probs.think_names(t, NAMES)
+    assert [n for _, n in thinks] == ["Mistral-7B-Instruct", "LLaMA-3.1-8B-Instruct"]
+    assert t["text"][:thinks[1][0]].endswith("A geography fact. Ask ")
+    bare = "<think>A people fact.</think><search>Mistral-7B-Instruct: Who mentored Ada?</search>"
+    assert route_probs.think_names({"text": bare, "turns": [{"generated": bare, "action": "route",
+                                                              "model": "Mistral-7B-Instruct"}]}, NAMES) == [None]
+
+
+def test_the_decision_averages_the_route_over_the_names_the_think_could_write():
+    tok = tiny_tokenizer(extra_tokens=NAMES)
+    model = tiny_model(len(tok), seed=8).eval()
+    t, context = trajectory("q0"), "Question: who?\n"
+    (offset, _, _), _ = route_probs.route_points(t)
+    (t_at, t_name), _ = route_probs.think_names(t, NAMES)
+    got = route_probs.decision_probs(model, tok, context, t["text"], offset, (t_at, t_name), NAMES)
+
+    def dist(prefix):
+        return torch.tensor(route_probs.name_log_probs(model, tok, prefix, NAMES)).softmax(-1)  # (3,)
+    p_think = dist(context + t["text"][:t_at])
+    after = t["text"][t_at + len(t_name):offset]  # ".</think><search>"
+    want = sum(p_think[i] * dist(context + t["text"][:t_at] + x + after) for i, x in enumerate(NAMES))
+    assert got == pytest.approx(want.tolist(), abs=1e-5) and sum(got) == pytest.approx(1.0)
+    own = dist(context + t["text"][:offset]).tolist()  # the route after the trajectory's own think differs
+    assert max(abs(a - b) for a, b in zip(got, own)) > 1e-3
+    assert route_probs.decision_probs(model, tok, context, t["text"], offset, None, NAMES) == pytest.approx(own)
+
+
 def test_main_writes_a_table_whose_rows_sum_to_one(tmp_path):
     tok = tiny_tokenizer(extra_tokens=NAMES)
     ckpt = tmp_path / "hf"

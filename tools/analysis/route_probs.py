@@ -9,10 +9,11 @@ looks there like a learned rule. Here each route of the chosen run's trajectorie
 data file, by uid) and the trajectory's text up to the routed name, then every listed name scored as a continuation
 (the sum of its tokens' log-probs) and normalised over the listed names. The text is re-tokenized whole, so where a
 tokenizer merges across the pieces a rollout joined, the context differs from the rollout's by those merges. A route
-is replayed where its `<search>` names the model (`--at route`, the name the pool is asked by; the think's "Ask X"
-before it is context), or at the turn's first mention of the routed name (`--at first`: the think's "Ask X" where
-there is one; what earlier records read, which misses a router that routes apart from its think). A route written
-with an alias only is left out.
+is read (`--at`) as the decision (default): the probability of each name at the `<search>`, averaged over the names
+the turn's think could have written before it ("Ask X", each weighted by its probability there), so it holds
+whether a router decides in its think and copies, or routes apart from its think; at the route alone (`route`: the
+trajectory's own think as context); or at the turn's first mention of the routed name (`first`: the think's
+"Ask X" where there is one, what records before session 14 read). A route written with an alias only is left out.
 """
 from __future__ import annotations
 
@@ -49,36 +50,81 @@ def name_log_probs(model, tok, prefix: str, names: list[str]) -> list[float]:
     return out
 
 
-def route_points(traj: dict, at_route: bool = True) -> list[tuple[int, str, str | None]]:
-    """(character offset in traj['text'] where the routed name starts, the model, the hop's domain) per route: the
-    name inside the turn's `<search>` (at_route), else the turn's first mention of it."""
-    points, at = [], 0
+def _route_turns(traj: dict):
+    """(offset in traj['text'] where the turn starts, its generated text, the turn) per route turn naming a model."""
+    at = 0
     for turn in traj.get("turns", []):
         gen = turn.get("generated") or ""
         start = traj["text"].find(gen, at)
         if start < 0:
-            break
+            return
         at = start + len(gen)
         if turn.get("action") == "route" and turn.get("model"):
-            name_at = gen.find(turn["model"], max(gen.find("<search>"), 0) if at_route else 0)
-            if name_at >= 0:
-                points.append((start + name_at, turn["model"], turn.get("domain")))
+            yield start, gen, turn
+
+
+def route_points(traj: dict, at_route: bool = True) -> list[tuple[int, str, str | None]]:
+    """(character offset in traj['text'] where the routed name starts, the model, the hop's domain) per route: the
+    name inside the turn's `<search>` (at_route), else the turn's first mention of it."""
+    points = []
+    for start, gen, turn in _route_turns(traj):
+        name_at = gen.find(turn["model"], max(gen.find("<search>"), 0) if at_route else 0)
+        if name_at >= 0:
+            points.append((start + name_at, turn["model"], turn.get("domain")))
     return points
 
 
+def think_names(traj: dict, names: list[str]) -> list[tuple[int, str] | None]:
+    """Per route turn of route_points(traj): (offset in traj['text'], name) of the first listed name its think writes
+    before the `<search>`, or None."""
+    out = []
+    for start, gen, turn in _route_turns(traj):
+        if gen.find(turn["model"], max(gen.find("<search>"), 0)) < 0:
+            continue  # route_points leaves this route out too
+        end = gen.find("<search>") if "<search>" in gen else len(gen)
+        hits = [(gen.find(n), -len(n), n) for n in names if 0 <= gen.find(n) < end]
+        out.append((start + min(hits)[0], min(hits)[2]) if hits else None)
+    return out
+
+
+def _normalised(lp: list[float]) -> list[float]:
+    mass = sum(math.exp(x) for x in lp)
+    return [math.exp(x) / mass for x in lp]
+
+
+def decision_probs(model, tok, context: str, text: str, offset: int, think: tuple[int, str] | None,
+                   names: list[str]) -> list[float]:
+    """P(the route names each listed name), summed over the names the think could write first: sum over x of
+    P(think writes x) * P(route name | the think with x). Without a think name, the route's own distribution."""
+    if think is None:
+        return _normalised(name_log_probs(model, tok, context + text[:offset], names))
+    t_at, t_name = think
+    p_think = _normalised(name_log_probs(model, tok, context + text[:t_at], names))
+    between = text[t_at + len(t_name):offset]
+    out = [0.0] * len(names)
+    for w, x in zip(p_think, names):
+        for i, p in enumerate(_normalised(name_log_probs(model, tok, context + text[:t_at] + x + between, names))):
+            out[i] += w * p
+    return out
+
+
 def probe(model, tok, prompts: dict[str, str], trajectories: list[dict], names: list[str],
-          at_route: bool = True) -> list[dict]:
-    """One record per replayed route: domain, the model the trajectory named, and P(name) over the listed names."""
+          at: str = "decision") -> list[dict]:
+    """One record per replayed route: domain, the model the trajectory named, and P(name) over the listed names, read
+    as `at` says (decision, route or first: the module's docstring)."""
     records = []
     for traj in trajectories:
         prompt = prompts.get(traj["uid"])
         if prompt is None:
             raise SystemExit(f"route_probs: uid {traj['uid']} of the trajectories is not in the data file")
-        for offset, chosen, domain in route_points(traj, at_route):
+        points = route_points(traj, at_route=at != "first")
+        thinks = think_names(traj, names) if at == "decision" else [None] * len(points)
+        for (offset, chosen, domain), think in zip(points, thinks):
             lp = name_log_probs(model, tok, prompt + traj["text"][:offset], names)
-            mass = sum(math.exp(x) for x in lp)
-            records.append({"uid": traj["uid"], "domain": domain, "chosen": chosen, "mass": mass,
-                            "probs": {n: math.exp(x) / mass for n, x in zip(names, lp)}})
+            probs = (decision_probs(model, tok, prompt, traj["text"], offset, think, names) if think is not None
+                     else _normalised(lp))
+            records.append({"uid": traj["uid"], "domain": domain, "chosen": chosen,
+                            "mass": sum(math.exp(x) for x in lp), "probs": dict(zip(names, probs))})
     return records
 
 
@@ -128,9 +174,11 @@ def main(argv=None) -> int:
     ap.add_argument("--pool", type=Path, default=None,
                     help="pool yaml whose listed models are scored (default: the names the trajectories routed to); "
                          "a simulated pool also gives each domain's best model, whose probability the table adds")
-    ap.add_argument("--at", choices=["route", "first"], default="route",
-                    help="where a route is read: the name its <search> asks (route), or the turn's first mention of "
-                         "that name, the think's 'Ask X' where there is one (first; earlier records' reading)")
+    ap.add_argument("--at", choices=["decision", "route", "first"], default="decision",
+                    help="how a route is read: the <search> name averaged over the names the think could write "
+                         "before it (decision), the <search> name after the trajectory's own think (route), or the "
+                         "turn's first mention of the routed name, the think's 'Ask X' where there is one (first; "
+                         "records before session 14)")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many trajectories (0: all)")
     ap.add_argument("--out", type=Path, default=None, help="write the table (markdown) here as well as to stdout")
     ap.add_argument("--json", type=Path, default=None, help="write every replayed route's probabilities here")
@@ -156,10 +204,9 @@ def main(argv=None) -> int:
         names = list(ModelRegistry.from_yaml(args.pool).seen().models)
     else:
         names = sorted({p[1] for t in trajs for p in route_points(t)})
-    records = probe(model, tok, prompts, trajs, names, at_route=args.at == "route")
+    records = probe(model, tok, prompts, trajs, names, at=args.at)
     best = best_per_domain(args.pool, names) if args.pool else {}
-    text = (f"{args.checkpoint}, routes of {run!r} read at the {'<search> name' if args.at == 'route' else 'first mention'}"
-            f": {len(records)}\n\n" + table(records, names, best))
+    text = f"{args.checkpoint}, routes of {run!r} read --at {args.at}: {len(records)}\n\n" + table(records, names, best)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
