@@ -15,6 +15,8 @@ PY=${PYTHON:-python}
 SEEDS=${SEEDS:-1 2 3} ARMS=${ARMS:-plain|forked} PARALLEL=${PARALLEL:-2}
 declare -A FLAGS=(
   [plain]="actor.use_kl_loss=false"
+  # the model names' advantage x10 (they are ~7% of the policy's tokens), no forks: experiments/card_start's arm
+  [dw10]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
   # 8 prompts x 4 forked episodes: the plain arm's 32 episodes a step; forks at the first or the second route
   [forked]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8"
   # the same with the model names' advantage x10 (the names are ~7% of the policy's tokens)

@@ -63,12 +63,17 @@ def _route_turns(traj: dict):
             yield start, gen, turn
 
 
+def _routed_name_at(gen: str, model: str, at_route: bool) -> int:
+    """Offset in a turn's text of the routed name: inside its `<search>` (at_route), else its first mention; -1."""
+    return gen.find(model, max(gen.find("<search>"), 0) if at_route else 0)
+
+
 def route_points(traj: dict, at_route: bool = True) -> list[tuple[int, str, str | None]]:
     """(character offset in traj['text'] where the routed name starts, the model, the hop's domain) per route: the
     name inside the turn's `<search>` (at_route), else the turn's first mention of it."""
     points = []
     for start, gen, turn in _route_turns(traj):
-        name_at = gen.find(turn["model"], max(gen.find("<search>"), 0) if at_route else 0)
+        name_at = _routed_name_at(gen, turn["model"], at_route)
         if name_at >= 0:
             points.append((start + name_at, turn["model"], turn.get("domain")))
     return points
@@ -79,7 +84,7 @@ def think_names(traj: dict, names: list[str]) -> list[tuple[int, str] | None]:
     before the `<search>`, or None."""
     out = []
     for start, gen, turn in _route_turns(traj):
-        if gen.find(turn["model"], max(gen.find("<search>"), 0)) < 0:
+        if _routed_name_at(gen, turn["model"], at_route=True) < 0:
             continue  # route_points leaves this route out too
         end = gen.find("<search>") if "<search>" in gen else len(gen)
         hits = [(gen.find(n), -len(n), n) for n in names if 0 <= gen.find(n) < end]
