@@ -36,3 +36,16 @@ def test_cli_overrides_work_as_in_verl(override):
     for part in key.split("."):
         node = node[part]
     assert float(node) == float(value)
+
+
+def test_embedded_default_trains_on_a_gpu_where_there_is_one(monkeypatch):
+    """Session 14 lost a device call to a pinned `trainer.device: cpu`: six runs trained on a GPU machine's CPUs."""
+    import torch
+
+    from verl.trainer.main_ppo import _want_cuda
+
+    c = load("embedded")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _want_cuda(c)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not _want_cuda(c)

@@ -17,6 +17,13 @@ declare -A FLAGS=(
   [plain]="actor.use_kl_loss=false"
   # the model names' advantage x10 (they are ~7% of the policy's tokens), no forks: experiments/card_start's arm
   [dw10]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
+  # ...with twice the learning rate, with the names' advantage x30, with 4x the prompts a step (one optimizer step an
+  # epoch): which of them learns the routing table faster from the converged card start (experiments/card_start)
+  [dw10_lr2]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10
+    actor.lr=2e-4"
+  [dw30]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=30"
+  [dw10_x4]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10
+    data.train_batch_size=128 actor.ppo_mini_batch_size=128 critic.ppo_mini_batch_size=128"
   # 8 prompts x 4 forked episodes: the plain arm's 32 episodes a step; forks at the first or the second route
   [forked]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8"
   # the same with the model names' advantage x10 (the names are ~7% of the policy's tokens)
