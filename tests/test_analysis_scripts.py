@@ -55,6 +55,31 @@ def test_diagnose_failures(tmp_path):
     assert "won 6" in out and "EM difference +1.000" in out
 
 
+def test_diagnose_failures_reads_a_wrong_first_hop_apart_from_a_bad_query(tmp_path):
+    """A second route that asks the right relation of the entity a wrong first reply named is hop 1's miss."""
+    world = SimWorld(seed=0)
+    two = [q for q in world.questions(40, seed=1, split="test", two_hop_frac=1.0) if len(q.hops) == 2]
+    q, other = next((a, b) for a in two for b in two if a.hops[0].answer != b.hops[0].answer
+                    and a.hops[0].answer in a.hops[1].sub_question
+                    and (p := world.parse(a.hops[1].sub_question.replace(a.hops[0].answer, b.hops[0].answer)))
+                    and p.entity.name == b.hops[0].answer)
+    wrong = other.hops[0].answer
+    follow = q.hops[1].sub_question.replace(q.hops[0].answer, wrong)
+    common = {"uid": q.uid, "question": q.question, "golds": q.answers, "data_source": "sim", "format_ok": True,
+              "em": 0.0}
+    recs = [{**common, "run": run, "turns": [
+        {"action": "route", "ok": True, "model": "Mistral-7B-Instruct", "query": q.hops[0].sub_question,
+         "information": f"{wrong}."},
+        {"action": "route", "ok": True, "model": "Mistral-7B-Instruct", "query": query, "information": "Nowhere."}]}
+        for run, query in (("followed", follow), ("slipped", "Where was Nobody Atall born?"))]
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = script("tools.analysis.diagnose_failures", path)
+    followed, slipped = out.split("== slipped")
+    assert "bad_query 0  wrong_hop1 1" in followed and "hop after wrong" in followed
+    assert "bad_query 1  wrong_hop1 0" in slipped
+
+
 POOL, GEMMA = ROOT / "docs/results/pool_batching_cpu/runs", ROOT / "docs/results/h200/pipeline_gemma_s4"
 
 

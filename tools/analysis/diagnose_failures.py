@@ -7,6 +7,8 @@ given the first failure it shows, in this order:
   format      the response breaks the format (reward -1)
   no_route    answered without asking anyone
   bad_query   a route whose query does not ask the hop's fact (an entity or relation copy slip)
+  wrong_hop1  the first hop's reply was wrong and the next route asked the second hop of the entity it named
+              (a routing miss on hop 1, not a copy slip; that route shows as hop "after wrong" in the table)
   no_answer   the pool replies held no answer / the episode ended unanswered
   wrong_reply the last reply's answer is wrong (an expert that does not know the fact)
   copy_slip   the last reply held the gold answer but the final answer differs from it
@@ -28,7 +30,7 @@ import numpy as np
 from sim.world import SimWorld
 from router_r1.reward.qa_em import em_score
 
-KINDS = ("ok", "format", "no_route", "bad_query", "no_answer", "wrong_reply", "copy_slip")
+KINDS = ("ok", "format", "no_route", "bad_query", "wrong_hop1", "no_answer", "wrong_reply", "copy_slip")
 
 
 def reply_head(text: str | None) -> str | None:
@@ -65,6 +67,7 @@ def classify(world: SimWorld, rec: dict) -> dict:
     elif not routes:
         out["kind"] = "no_route"
     # Per route: which fact did it ask (by the world's parser), was that hop's reply right?
+    wrong_heads = set()  # entities that wrong replies to hop 1 named
     for t in routes:
         p = world.parse(t.get("query") or "")
         asked = None
@@ -77,15 +80,23 @@ def classify(world: SimWorld, rec: dict) -> dict:
                     hop = i
             if len(facts) == 2 and p.entity.name == facts[0].subject and asked == f"{facts[0].relation}+{facts[1].relation}":
                 hop = "whole"
+            if hop is None and len(facts) == 2 and asked == facts[1].relation and p.entity.name in wrong_heads:
+                hop = "after_wrong"
         gold = facts[-1].object if hop == "whole" else (facts[hop].object if isinstance(hop, int) else None)
         head = reply_head(t.get("information"))
+        right = gold is not None and head is not None and em_score(head, [gold]) >= 1
+        if hop == 0 and head is not None and not right:
+            wrong_heads.add(head)
         out["hops"].append({"model": t["model"], "hop": hop, "domain": facts[hop].domain if isinstance(hop, int) else None,
-                            "right": gold is not None and head is not None and em_score(head, [gold]) >= 1})
+                            "right": right})
     if out["kind"] is None:
         last = routes[-1]
         head = reply_head(last.get("information"))
-        if any(h["hop"] is None for h in out["hops"]):
+        hops = [h["hop"] for h in out["hops"]]
+        if None in hops:
             out["kind"] = "bad_query"
+        elif "after_wrong" in hops and 1 not in hops:
+            out["kind"] = "wrong_hop1"
         elif head is None:
             out["kind"] = "no_answer"
         elif em_score(head, rec["golds"]) >= 1:
@@ -124,7 +135,7 @@ def main(argv=None) -> int:
         hop_right = collections.defaultdict(collections.Counter)
         for r in recs:
             for h in r["diag"]["hops"]:
-                key = h["domain"] or ("whole" if h["hop"] == "whole" else "bad")
+                key = h["domain"] or {"whole": "whole", "after_wrong": "after wrong"}.get(h["hop"], "bad")
                 hop_use[key][h["model"].split("-Instruct")[0]] += 1
                 hop_right[key][h["model"].split("-Instruct")[0]] += h["right"]
         for key in sorted(hop_use):
