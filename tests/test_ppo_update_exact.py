@@ -42,6 +42,16 @@ def independent_loss(model, data: DataProto, temperature: float, clip: float, kl
     return loss
 
 
+def independent_entropy_bonus(model, data: DataProto, temperature: float):
+    """sum over policy tokens of entropy_weights x the token's entropy, over the policy-token count (token-mean)."""
+    b = data.batch
+    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                   position_ids=b["position_ids"]).logits[:, PROMPT - 1:-1].float() / temperature
+    entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)  # (batch, resp)
+    mask = b["response_mask"].bool()
+    return (entropy * b["entropy_weights"])[mask].sum() / mask.sum()
+
+
 def reference_grads(worker_before, data, **kw):
     model = copy.deepcopy(worker_before)
     model.zero_grad(set_to_none=True)
@@ -122,3 +132,28 @@ def test_gap_diagnosis_labels_each_policy_token_by_where_it_stands():
             "<think>geo</think>\n<search>GeoMind-3B: cap": "query", text: "answer",
             text.replace("<answer>", ""): "glue"}
     assert {t: segment_at(t) for t in cuts} == cuts
+
+
+def test_decision_entropy_bonus_is_the_weighted_entropy_of_the_named_tokens_only():
+    """algorithm.decision_entropy_coef: the trainer's entropy_weights (coef on decision tokens, 0 elsewhere) add
+    -token-mean(w x entropy) to the clipped objective, and nothing else changes."""
+    worker = actor(ppo_epochs=1, ppo_micro_batch_size=3)
+    data = off_policy_batch(worker, seed=5, grpo=False)
+    data.meta["temperature"] = 0.7
+    mask = data.batch["response_mask"].bool()
+    chosen = torch.zeros_like(mask)
+    chosen[:, 2:4] = True  # two "name" tokens a row
+    data.batch["entropy_weights"] = (chosen & mask).float() * 0.5
+    before = copy.deepcopy(worker.model)
+    model = copy.deepcopy(before)
+    model.zero_grad(set_to_none=True)
+    (independent_loss(model, data, temperature=0.7, clip=0.2)
+     - independent_entropy_bonus(model, data, temperature=0.7)).backward()
+    want = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    without = reference_grads(before, data, temperature=0.7, clip=0.2)
+    metrics = worker.update_actor(data)
+    assert metrics["actor/entropy_bonus"] > 0
+    got = grads_of(worker)
+    assert any(not torch.allclose(want[n], without[n], atol=1e-6) for n in want)  # the bonus moves the gradient
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=lambda m: f"{name}: {m}")

@@ -97,18 +97,25 @@ def test_decision_parts_scale_the_advantage_on_the_named_parts_only(tok):
     def advantages(**alg):
         cfg = OmegaConf.create({"algorithm": OmegaConf.structured(AlgorithmConfig(use_kl_in_reward=False, **alg))})
         trainer = types.SimpleNamespace(tokenizer=tok, cfg=cfg, env=env, ref=None)
-        trainer._decision_weights = types.MethodType(PPOTrainer._decision_weights, trainer)
+        trainer._decision_tokens = types.MethodType(PPOTrainer._decision_tokens, trainer)
         batch = PPOTrainer.to_batch(trainer, result, rows, np.array([1.0, 0.0]), SamplingParams(temperature=1.0))
         mask = batch.batch["response_mask"].float()
         batch.batch["values"] = torch.zeros_like(mask)
-        return PPOTrainer._advantages(trainer, batch, mask, {})["advantages"], mask
+        out = PPOTrainer._advantages(trainer, batch, mask, {})
+        return out["advantages"], mask, out.get("entropy_weights")
 
-    plain, mask = advantages()
-    scaled, _ = advantages(decision_parts=["route_model"], decision_adv_weight=4.0)
+    plain, mask, no_bonus = advantages()
+    scaled, _, _ = advantages(decision_parts=["route_model"], decision_adv_weight=4.0)
     route = torch.tensor([[p == MODEL for p in parts]] * 2)
     assert plain.abs().sum() > 0
     assert torch.allclose(scaled[route], 4.0 * plain[route])
     assert torch.equal(scaled[~route], plain[~route])
+    # decision_entropy_coef: a bonus weight on the same tokens (the actor multiplies it by each token's entropy)
+    same, _, bonus = advantages(decision_parts=["route_model"], decision_entropy_coef=0.3)
+    assert no_bonus is None and torch.equal(same, plain)
+    assert torch.equal(bonus, torch.where(route, 0.3, 0.0))
+    with pytest.raises(ValueError, match="none are named"):
+        check_decision_parts(OmegaConf.structured(AlgorithmConfig(decision_entropy_coef=0.1)), env)
     with pytest.raises(ValueError, match=r"\['route'\] not among the env's token parts"):
         check_decision_parts(OmegaConf.structured(AlgorithmConfig(decision_parts=["route"], decision_adv_weight=2.0)), env)
     with pytest.raises(ValueError, match="it labels none"):

@@ -6,7 +6,7 @@
 #     RECIPE=configs/recipes/uniform_card.yaml SEED=1 OUT=SFT SFT_ONLY=1 EVAL_BASELINES= bash train.sh
 # SEEDS ("1 2 3"); ARMS ("plain|forked"); PARALLEL (2) runs at a time, THREADS (1) each (2 cores: ~25 min a pair);
 # STEPS (300); TIME_LIMIT (seconds of training a run, then it is saved and evaluated; empty: none); EXTRA (overrides
-# for every arm, e.g. larger micro-batches on a GPU).
+# for every arm, e.g. larger micro-batches on a GPU); ROUTE_PROBS=0 skips the route_probs reading (minutes a run).
 # A run already evaluated in OUT (OUT/<arm>_s<seed>/eval/summary.json) is kept.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,6 +24,19 @@ declare -A FLAGS=(
   [dw30]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=30"
   [dw10_x4]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10
     data.train_batch_size=128 actor.ppo_mini_batch_size=128 critic.ppo_mini_batch_size=128"
+  # ...one PPO epoch a batch (two lock the bandit's marginal in: docs/results/route_credit), at lr 1e-4 and 2e-4
+  [dw10_1ep]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10
+    actor.ppo_epochs=1"
+  [dw10_1ep_lr2]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model]
+    algorithm.decision_adv_weight=10 actor.ppo_epochs=1 actor.lr=2e-4"
+  # ...with an entropy bonus on the names alone (algorithm.decision_entropy_coef): the names' sampling spread falls to
+  # ~0.25 nats while science, business and sports still go to the marginal favourite
+  [dw10_ent03]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model]
+    algorithm.decision_adv_weight=10 algorithm.decision_entropy_coef=0.3"
+  [dw10_ent1]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model]
+    algorithm.decision_adv_weight=10 algorithm.decision_entropy_coef=1"
+  [dw10_ent3]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model]
+    algorithm.decision_adv_weight=10 algorithm.decision_entropy_coef=3"
   # 8 prompts x 4 forked episodes: the plain arm's 32 episodes a step; forks at the first or the second route
   [forked]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8"
   # the same with the model names' advantage x10 (the names are ~7% of the policy's tokens)
@@ -66,6 +79,7 @@ one() {  # arm seed
   # shellcheck disable=SC2086  # the flags are words
   OMP_NUM_THREADS=${THREADS:-1} SEED=$2 SFT_FROM="$SFT" OUT="$run" EVAL_BASELINES= bash train.sh $COMMON ${FLAGS[$1]} \
     > "$run.log" 2>&1
+  [ "${ROUTE_PROBS:-1}" = 0 ] && return 0
   OMP_NUM_THREADS=1 $PY -m tools.analysis.route_probs --checkpoint "$run/ppo/hf" --data "$SFT/data/test.parquet" \
     --trajectories "$run/eval/trajectories.jsonl" --run "SFT router" --pool configs/pool/sim.yaml \
     --out "$run/route_probs.md" >> "$run.log" 2>&1

@@ -119,6 +119,7 @@ class AlgorithmConfig:
     rollout_is_cap: float = 2.0  # off-policy: per-token importance weight pi_old/pi_rollout truncated at this
     decision_parts: list[str] = field(default_factory=list)  # parts of the env's token labels (its part_names; a router's: route_model, think_model) whose advantage is scaled by decision_adv_weight; empty: every policy token alike
     decision_adv_weight: float = 1.0  # the scale of decision_parts' advantages: a larger step for the few tokens that choose (a route's model name is ~4% of a router's policy tokens) against the many that copy (docs/rl_diagnosis.md section 15)
+    decision_entropy_coef: float = 0.0  # entropy bonus on decision_parts' tokens alone, aggregated as the policy loss: keeps a route's name from settling on the marginal favourite before each domain's best model is found (docs/results/card_start); 0: none
     fork_only: bool = False  # forked groups (the env's branch_turns): train the fork turns alone, every other token's advantage 0 (the route's credit without the rest of the episode's; docs/results/forked_groups)
 
 

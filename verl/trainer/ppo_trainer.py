@@ -137,8 +137,14 @@ class TrainingDivergedError(RuntimeError):
 
 
 def check_decision_parts(alg, env) -> None:
-    """algorithm.decision_parts must name parts the env labels, with a positive weight."""
+    """algorithm.decision_parts must name parts the env labels, with a positive weight (and a bonus needs parts)."""
+    coef = alg.get("decision_entropy_coef", 0.0)
+    if coef < 0:
+        raise ValueError(f"algorithm.decision_entropy_coef must be >= 0, got {coef}")
     if not alg.get("decision_parts"):
+        if coef:
+            raise ValueError("algorithm.decision_entropy_coef is a bonus on algorithm.decision_parts' tokens, and "
+                             "none are named: set algorithm.decision_parts (a router's: [route_model,think_model])")
         return
     known = tuple(getattr(env, "part_names", ()) or ())
     unknown = [p for p in alg.decision_parts if p not in known]
@@ -461,16 +467,20 @@ class PPOTrainer:
                                                      norm_by_std=alg.grpo_norm_by_std)
             adv = torch.where(branch, sibling_adv, torch.zeros_like(adv) if alg.get("fork_only") else adv)
             metrics["adv/fork_token_share"] = float(branch.sum() / mask.sum().clamp(min=1))
-        if alg.get("decision_parts") and alg.decision_adv_weight != 1.0:
-            adv = adv * self._decision_weights(batch, tuple(mask.shape))
-        return {"token_level_rewards": token_rewards, "advantages": adv, "returns": returns}
+        out = {"token_level_rewards": token_rewards, "advantages": adv, "returns": returns}
+        if alg.get("decision_parts"):
+            decision = self._decision_tokens(batch, tuple(mask.shape))
+            if alg.decision_adv_weight != 1.0:
+                out["advantages"] = torch.where(decision, adv * float(alg.decision_adv_weight), adv)
+            if alg.get("decision_entropy_coef"):  # the actor adds this weight x the token's entropy to its objective
+                out["entropy_weights"] = decision.float() * float(alg.decision_entropy_coef)
+        return out
 
-    def _decision_weights(self, batch: DataProto, shape: tuple[int, int]) -> torch.Tensor:
-        """(batch, response_len): algorithm.decision_adv_weight on tokens of algorithm.decision_parts, 1 elsewhere."""
-        alg = self.cfg.algorithm
+    def _decision_tokens(self, batch: DataProto, shape: tuple[int, int]) -> torch.Tensor:
+        """(batch, response_len) bool: the tokens of algorithm.decision_parts."""
         parts = part_tensor(batch.non_tensor["token_part"], shape)
-        ids = torch.tensor([list(self.env.part_names).index(p) + 1 for p in alg.decision_parts])
-        return torch.where(torch.isin(parts, ids), float(alg.decision_adv_weight), 1.0)
+        ids = torch.tensor([list(self.env.part_names).index(p) + 1 for p in self.cfg.algorithm.decision_parts])
+        return torch.isin(parts, ids)
 
     def _episode_metrics(self, batch: DataProto, env_metrics: dict[str, list], mask: torch.Tensor,
                          step_s: float) -> dict[str, float]:

@@ -138,9 +138,11 @@ class ActorWorker(FSDPWorker):
         keys = list(SEQ_KEYS) + ["responses", "response_mask", "old_log_probs", "advantages"]
         keys += ["ref_log_prob"] if cfg.use_kl_loss else []
         keys += ["rollout_is_weights"] if "rollout_is_weights" in data.batch else []  # off-policy batches
+        token_bonus = "entropy_weights" in data.batch  # algorithm.decision_entropy_coef: a bonus on some tokens
+        keys += ["entropy_weights"] if token_bonus else []
         data = data.select(keys)
         temperature = sampled_temperature(data)
-        use_entropy = cfg.entropy_coef != 0
+        use_entropy = cfg.entropy_coef != 0 or token_bonus
 
         def micro_loss(mb: DataProto, mask: torch.Tensor):
             logp, entropy = self._log_prob(mb, temperature, use_entropy)
@@ -152,10 +154,15 @@ class ActorWorker(FSDPWorker):
                                   cfg.dual_clip_c, cfg.loss_agg_mode,
                                   is_weights=None if w is None else torch.where(mask, w, 0.0))
             m["pg_loss"] = loss.item()
-            if use_entropy:
+            if cfg.entropy_coef != 0:
                 ent = agg_loss(entropy, mask, cfg.loss_agg_mode)
                 loss = loss - cfg.entropy_coef * ent
                 m["entropy"] = ent.item()
+            if token_bonus:  # aggregated over every policy token, as the policy loss is
+                bonus = agg_loss(torch.where(mask, entropy * mb.batch["entropy_weights"], 0.0), mask,
+                                 cfg.loss_agg_mode)
+                loss = loss - bonus
+                m["entropy_bonus"] = bonus.item()
             if cfg.use_kl_loss:
                 ref = torch.where(mask, mb.batch["ref_log_prob"], logp.detach())
                 kl = kl_loss(logp, ref, mask, cfg.kl_loss_type, cfg.loss_agg_mode)
