@@ -83,6 +83,9 @@ def test_training_settings_are_the_keys_that_shape_the_weights():
     assert changed("env.alpha=0.6", "rollout.temperature=0.7", "trainer.seed=2") == \
         ["env.alpha", "rollout.temperature", "trainer.seed"]
     assert changed("env.pool_url=http://b", not_training=()) == ["env.pool_url"]
+    # a key the schema gained after the checkpoint was saved: no change at its default, a change otherwise
+    assert changed("algorithm.decision_entropy_coef=0.0") == []
+    assert changed("algorithm.decision_entropy_coef=0.5") == ["algorithm.decision_entropy_coef"]
     # more steps lengthen a cosine schedule: then total_steps shapes the weights too
     assert changed("actor.lr_schedule=cosine", "trainer.total_steps=8") == ["actor.lr_schedule", "trainer.total_steps"]
 

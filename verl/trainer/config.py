@@ -308,17 +308,26 @@ def _schedule_length_matters(cfg: DictConfig) -> bool:
     return actor.get("lr_schedule") == "cosine" or (bool(actor.get("warmup_ratio")) and not actor.get("warmup_steps"))
 
 
+def _schema_defaults() -> dict:
+    """Every PPOConfig key (env aside) with its default, flat: 'algorithm.decision_entropy_coef' -> 0.0."""
+    return _flat(OmegaConf.to_container(OmegaConf.structured(PPOConfig), resolve=True))
+
+
 def training_changes(saved: DictConfig, current: DictConfig, not_training: tuple[str, ...] = ()) -> list[str]:
     """The training settings (TRAINING_SECTIONS) whose value differs, as 'key: old -> new'; `not_training`
-    adds env keys (without the `env.` prefix) that do not count."""
+    adds env keys (without the `env.` prefix) that do not count. A key added to the schema after the checkpoint
+    was saved, at its default, is no change: a new knob defaults to the behaviour it did not have a key for."""
     skip = set(NOT_TRAINING) | {f"env.{k}" for k in not_training}
     keys = set(TRAINING_TRAINER_KEYS)
     if _schedule_length_matters(saved) or _schedule_length_matters(current):
         keys |= {"trainer.total_steps"}
+    saved_keys, defaults = set(_flat(OmegaConf.to_container(saved, resolve=True))), _schema_defaults()
     out = []
     for line in config_changes(saved, current):
         key = line.split(":", 1)[0]
         if key in skip:
+            continue
+        if key not in saved_keys and key in defaults and OmegaConf.select(current, key) == defaults[key]:
             continue
         if key.split(".", 1)[0] in TRAINING_SECTIONS or key in keys:
             out.append(line)
