@@ -86,6 +86,11 @@ def test_training_settings_are_the_keys_that_shape_the_weights():
     # a key the schema gained after the checkpoint was saved: no change at its default, a change otherwise
     assert changed("algorithm.decision_entropy_coef=0.0") == []
     assert changed("algorithm.decision_entropy_coef=0.5") == ["algorithm.decision_entropy_coef"]
+    from router_r1.router_env import RouterEnvConfig  # the same for a key the env's config class gained
+    cur = OmegaConf.merge(saved, OmegaConf.from_dotlist(["env.branch_turns=[]"]))
+    assert training_changes(saved, cur, env_class=RouterEnvConfig) == []
+    cur = OmegaConf.merge(saved, OmegaConf.from_dotlist(["env.branch_turns=[0]"]))
+    assert [x.split(":")[0] for x in training_changes(saved, cur, env_class=RouterEnvConfig)] == ["env.branch_turns"]
     # more steps lengthen a cosine schedule: then total_steps shapes the weights too
     assert changed("actor.lr_schedule=cosine", "trainer.total_steps=8") == ["actor.lr_schedule", "trainer.total_steps"]
 

@@ -190,7 +190,7 @@ def check_resume(step_dir: Path, cfg, log: Callable[[str], None] = print) -> Non
     saved_cfg = OmegaConf.load(saved)
     factory = OmegaConf.select(cfg, "env.factory")
     cls = env_config_class(factory) if factory else None
-    training = training_changes(saved_cfg, cfg, getattr(cls, "not_training", ()))
+    training = training_changes(saved_cfg, cfg, getattr(cls, "not_training", ()), cls)
     if training and not t.get("resume_changed_ok", False):
         raise RunDirError(
             f"{t.output_dir}: resuming {step_dir.name} (step {step}) with other training settings than it was "

@@ -119,7 +119,7 @@ class AlgorithmConfig:
     rollout_is_cap: float = 2.0  # off-policy: per-token importance weight pi_old/pi_rollout truncated at this
     decision_parts: list[str] = field(default_factory=list)  # parts of the env's token labels (its part_names; a router's: route_model, think_model) whose advantage is scaled by decision_adv_weight; empty: every policy token alike
     decision_adv_weight: float = 1.0  # the scale of decision_parts' advantages: a larger step for the few tokens that choose (a route's model name is ~4% of a router's policy tokens) against the many that copy (docs/rl_diagnosis.md section 15)
-    decision_entropy_coef: float = 0.0  # entropy bonus on decision_parts' tokens alone, aggregated as the policy loss: keeps a route's name from settling on the marginal favourite before each domain's best model is found (docs/results/card_start); 0: none
+    decision_entropy_coef: float = 0.0  # entropy bonus on decision_parts' tokens alone, aggregated as the policy loss (keeps the names' sampling spread; from the card start 0.3-1 learned the routing no faster and 3 left the specialists for the generalists: docs/results/card_start); 0: none
     fork_only: bool = False  # forked groups (the env's branch_turns): train the fork turns alone, every other token's advantage 0 (the route's credit without the rest of the episode's; docs/results/forked_groups)
 
 
@@ -308,20 +308,25 @@ def _schedule_length_matters(cfg: DictConfig) -> bool:
     return actor.get("lr_schedule") == "cosine" or (bool(actor.get("warmup_ratio")) and not actor.get("warmup_steps"))
 
 
-def _schema_defaults() -> dict:
-    """Every PPOConfig key (env aside) with its default, flat: 'algorithm.decision_entropy_coef' -> 0.0."""
-    return _flat(OmegaConf.to_container(OmegaConf.structured(PPOConfig), resolve=True))
+def _schema_defaults(env_class: type | None = None) -> dict:
+    """Every key of PPOConfig and of the env's config class with its default, flat: 'algorithm.lam' -> 1.0."""
+    out = _flat(OmegaConf.to_container(OmegaConf.structured(PPOConfig), resolve=True))
+    if env_class is not None:
+        out |= {f"env.{k}": v for k, v in _flat(OmegaConf.to_container(OmegaConf.structured(env_class))).items()}
+    return out
 
 
-def training_changes(saved: DictConfig, current: DictConfig, not_training: tuple[str, ...] = ()) -> list[str]:
+def training_changes(saved: DictConfig, current: DictConfig, not_training: tuple[str, ...] = (),
+                     env_class: type | None = None) -> list[str]:
     """The training settings (TRAINING_SECTIONS) whose value differs, as 'key: old -> new'; `not_training`
-    adds env keys (without the `env.` prefix) that do not count. A key added to the schema after the checkpoint
-    was saved, at its default, is no change: a new knob defaults to the behaviour it did not have a key for."""
+    adds env keys (without the `env.` prefix) that do not count. A key added to the schema (PPOConfig's, or
+    env_class's) after the checkpoint was saved, at its default, is no change: a new knob defaults to the
+    behaviour there was no key for."""
     skip = set(NOT_TRAINING) | {f"env.{k}" for k in not_training}
     keys = set(TRAINING_TRAINER_KEYS)
     if _schedule_length_matters(saved) or _schedule_length_matters(current):
         keys |= {"trainer.total_steps"}
-    saved_keys, defaults = set(_flat(OmegaConf.to_container(saved, resolve=True))), _schema_defaults()
+    saved_keys, defaults = set(_flat(OmegaConf.to_container(saved, resolve=True))), _schema_defaults(env_class)
     out = []
     for line in config_changes(saved, current):
         key = line.split(":", 1)[0]
