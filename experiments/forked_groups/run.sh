@@ -13,30 +13,24 @@ cd "$(dirname "$0")/../.."
 SFT=${1:?usage: run.sh SFT OUT} OUT=${2:?usage: run.sh SFT OUT}
 PY=${PYTHON:-python}
 SEEDS=${SEEDS:-1 2 3} ARMS=${ARMS:-plain|forked} PARALLEL=${PARALLEL:-2}
+# the model names' advantage x10 (they are ~7% of the policy's tokens), no forks: experiments/card_start's arm
+DW10="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
 declare -A FLAGS=(
   [plain]="actor.use_kl_loss=false"
-  # the model names' advantage x10 (they are ~7% of the policy's tokens), no forks: experiments/card_start's arm
-  [dw10]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
+  [dw10]="$DW10"
   # ...with twice the learning rate, with the names' advantage x30, with 4x the prompts a step (one optimizer step an
   # epoch): which of them learns the routing table faster from the converged card start (experiments/card_start)
-  [dw10_lr2]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10
-    actor.lr=2e-4"
+  [dw10_lr2]="$DW10 actor.lr=2e-4"
   [dw30]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=30"
-  [dw10_x4]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10
-    data.train_batch_size=128 actor.ppo_mini_batch_size=128 critic.ppo_mini_batch_size=128"
+  [dw10_x4]="$DW10 data.train_batch_size=128 actor.ppo_mini_batch_size=128 critic.ppo_mini_batch_size=128"
   # ...one PPO epoch a batch (two lock the bandit's marginal in: docs/results/route_credit), at lr 1e-4 and 2e-4
-  [dw10_1ep]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10
-    actor.ppo_epochs=1"
-  [dw10_1ep_lr2]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model]
-    algorithm.decision_adv_weight=10 actor.ppo_epochs=1 actor.lr=2e-4"
+  [dw10_1ep]="$DW10 actor.ppo_epochs=1"
+  [dw10_1ep_lr2]="$DW10 actor.ppo_epochs=1 actor.lr=2e-4"
   # ...with an entropy bonus on the names alone (algorithm.decision_entropy_coef): the names' sampling spread falls to
   # ~0.25 nats while science, business and sports still go to the marginal favourite
-  [dw10_ent03]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model]
-    algorithm.decision_adv_weight=10 algorithm.decision_entropy_coef=0.3"
-  [dw10_ent1]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model]
-    algorithm.decision_adv_weight=10 algorithm.decision_entropy_coef=1"
-  [dw10_ent3]="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model]
-    algorithm.decision_adv_weight=10 algorithm.decision_entropy_coef=3"
+  [dw10_ent03]="$DW10 algorithm.decision_entropy_coef=0.3"
+  [dw10_ent1]="$DW10 algorithm.decision_entropy_coef=1"
+  [dw10_ent3]="$DW10 algorithm.decision_entropy_coef=3"
   # 8 prompts x 4 forked episodes: the plain arm's 32 episodes a step; forks at the first or the second route
   [forked]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8"
   # the same with the model names' advantage x10 (the names are ~7% of the policy's tokens)

@@ -273,14 +273,22 @@ def _flat(node, prefix: str = "") -> dict:
     return {prefix[:-1]: node}
 
 
+_ABSENT = "(absent)"
+
+
+def _differences(saved: DictConfig, current: DictConfig) -> list[tuple[str, object, object]]:
+    """(key, old, new) for every key whose value differs between two run configs, in key order; a key only one
+    has counts as changed, its missing side _ABSENT."""
+    old = _flat(OmegaConf.to_container(saved, resolve=True))
+    new = _flat(OmegaConf.to_container(current, resolve=True))
+    return [(k, old.get(k, _ABSENT), new.get(k, _ABSENT)) for k in sorted(old.keys() | new.keys())
+            if old.get(k, _ABSENT) != new.get(k, _ABSENT)]
+
+
 def config_changes(saved: DictConfig, current: DictConfig) -> list[str]:
     """'key: old -> new' for every key whose value differs between two run configs (a key only one has
     counts as changed), in key order."""
-    old = _flat(OmegaConf.to_container(saved, resolve=True))
-    new = _flat(OmegaConf.to_container(current, resolve=True))
-    missing = "(absent)"
-    return [f"{k}: {old.get(k, missing)} -> {new.get(k, missing)}" for k in sorted(old.keys() | new.keys())
-            if old.get(k, missing) != new.get(k, missing)]
+    return [f"{k}: {a} -> {b}" for k, a, b in _differences(saved, current)]
 
 
 # Training settings: the keys that change what the weights become. A resume whose value of one differs from
@@ -326,16 +334,15 @@ def training_changes(saved: DictConfig, current: DictConfig, not_training: tuple
     keys = set(TRAINING_TRAINER_KEYS)
     if _schedule_length_matters(saved) or _schedule_length_matters(current):
         keys |= {"trainer.total_steps"}
-    saved_keys, defaults = set(_flat(OmegaConf.to_container(saved, resolve=True))), _schema_defaults(env_class)
+    defaults = _schema_defaults(env_class)
     out = []
-    for line in config_changes(saved, current):
-        key = line.split(":", 1)[0]
+    for key, old, new in _differences(saved, current):
         if key in skip:
             continue
-        if key not in saved_keys and key in defaults and OmegaConf.select(current, key) == defaults[key]:
+        if old == _ABSENT and key in defaults and new == defaults[key]:
             continue
         if key.split(".", 1)[0] in TRAINING_SECTIONS or key in keys:
-            out.append(line)
+            out.append(f"{key}: {old} -> {new}")
     return out
 
 
