@@ -25,8 +25,10 @@ def actor(**kw):
     return w
 
 
-def independent_loss(model, data: DataProto, temperature: float, clip: float, kl_coef: float = 0.0):
-    """The clipped surrogate, token-mean over policy tokens, from a plain forward (no worker code)."""
+def independent_loss(model, data: DataProto, temperature: float, clip: float, kl_coef: float = 0.0,
+                     kl_weights: torch.Tensor | None = None):
+    """The clipped surrogate, token-mean over policy tokens, from a plain forward (no worker code); `kl_weights`
+    (batch, resp) scale each token's KL term."""
     b = data.batch
     logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
                    position_ids=b["position_ids"]).logits[:, PROMPT - 1:-1] / temperature  # (batch, resp, vocab)
@@ -38,7 +40,8 @@ def independent_loss(model, data: DataProto, temperature: float, clip: float, kl
     loss = -surrogate[mask].mean()
     if kl_coef:
         d = b["ref_log_prob"] - logp  # k3 = exp(d) - d - 1 (Schulman's unbiased, non-negative estimator)
-        loss = loss + kl_coef * (torch.exp(d) - d - 1)[mask].mean()
+        k3 = torch.exp(d) - d - 1
+        loss = loss + kl_coef * (k3 if kl_weights is None else k3 * kl_weights)[mask].mean()
     return loss
 
 
@@ -155,5 +158,26 @@ def test_decision_entropy_bonus_is_the_weighted_entropy_of_the_named_tokens_only
     assert metrics["actor/entropy_bonus"] > 0
     got = grads_of(worker)
     assert any(not torch.allclose(want[n], without[n], atol=1e-6) for n in want)  # the bonus moves the gradient
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+def test_decision_kl_weight_scales_the_kl_of_the_named_tokens_only():
+    """algorithm.decision_kl_weight: the trainer's kl_weights (w on decision tokens, 1 elsewhere) scale each token's
+    k3 term inside the token-mean; at w=0 the named tokens leave the KL and the others keep theirs."""
+    worker = actor(ppo_epochs=1, use_kl_loss=True, kl_loss_coef=0.5, kl_loss_type="k3", ppo_micro_batch_size=3)
+    data = off_policy_batch(worker, seed=6, grpo=False)
+    data.meta["temperature"] = 0.7
+    mask = data.batch["response_mask"].bool()
+    chosen = torch.zeros_like(mask)
+    chosen[:, 2:4] = True  # two "name" tokens a row
+    weights = torch.where(chosen, 0.0, 1.0)
+    data.batch["kl_weights"] = weights
+    before = copy.deepcopy(worker.model)
+    want = reference_grads(before, data, temperature=0.7, clip=0.2, kl_coef=0.5, kl_weights=weights)
+    everywhere = reference_grads(before, data, temperature=0.7, clip=0.2, kl_coef=0.5)
+    worker.update_actor(data)
+    got = grads_of(worker)
+    assert any(not torch.allclose(want[n], everywhere[n], atol=1e-6) for n in want)  # the weights move the gradient
     for name in want:
         torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=lambda m: f"{name}: {m}")

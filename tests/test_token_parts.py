@@ -102,18 +102,31 @@ def test_decision_parts_scale_the_advantage_on_the_named_parts_only(tok):
         mask = batch.batch["response_mask"].float()
         batch.batch["values"] = torch.zeros_like(mask)
         out = PPOTrainer._advantages(trainer, batch, mask, {})
-        return out["advantages"], mask, out.get("entropy_weights")
+        return out["advantages"], mask, out.get("entropy_weights"), out.get("kl_weights")
 
-    plain, mask, no_bonus = advantages()
-    scaled, _, _ = advantages(decision_parts=["route_model"], decision_adv_weight=4.0)
+    plain, mask, no_bonus, no_kl_weights = advantages()
+    scaled, _, _, _ = advantages(decision_parts=["route_model"], decision_adv_weight=4.0)
     route = torch.tensor([[p == MODEL for p in parts]] * 2)
     assert plain.abs().sum() > 0
     assert torch.allclose(scaled[route], 4.0 * plain[route])
     assert torch.equal(scaled[~route], plain[~route])
     # decision_entropy_coef: a bonus weight on the same tokens (the actor multiplies it by each token's entropy)
-    same, _, bonus = advantages(decision_parts=["route_model"], decision_entropy_coef=0.3)
+    same, _, bonus, _ = advantages(decision_parts=["route_model"], decision_entropy_coef=0.3)
     assert no_bonus is None and torch.equal(same, plain)
     assert torch.equal(bonus, torch.where(route, 0.3, 0.0))
+    # decision_kl_weight: the KL loss's per-token weight, w on the same tokens and 1 on every other
+    same, _, _, kl_weights = advantages(decision_parts=["route_model"], decision_kl_weight=0.0)
+    assert no_kl_weights is None and torch.equal(same, plain)
+    assert torch.equal(kl_weights, torch.where(route, 0.0, 1.0))
+    kl_free = AlgorithmConfig(decision_parts=["route_model"], decision_kl_weight=0.0)
+    check_decision_parts(OmegaConf.structured(kl_free), env, use_kl_loss=True)
+    with pytest.raises(ValueError, match="no KL loss to weigh"):
+        check_decision_parts(OmegaConf.structured(kl_free), env, use_kl_loss=False)
+    with pytest.raises(ValueError, match="decision_kl_weight acts on .* none are named"):
+        check_decision_parts(OmegaConf.structured(AlgorithmConfig(decision_kl_weight=0.0)), env, use_kl_loss=True)
+    with pytest.raises(ValueError, match="decision_kl_weight must be >= 0"):
+        check_decision_parts(OmegaConf.structured(AlgorithmConfig(decision_parts=["route_model"],
+                                                                  decision_kl_weight=-1.0)), env, use_kl_loss=True)
     with pytest.raises(ValueError, match="none are named"):
         check_decision_parts(OmegaConf.structured(AlgorithmConfig(decision_entropy_coef=0.1)), env)
     with pytest.raises(ValueError, match=r"\['route'\] not among the env's token parts"):

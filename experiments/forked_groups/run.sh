@@ -15,6 +15,8 @@ PY=${PYTHON:-python}
 SEEDS=${SEEDS:-1 2 3} ARMS=${ARMS:-plain|forked} PARALLEL=${PARALLEL:-2}
 # the model names' advantage x10 (they are ~7% of the policy's tokens), no forks: experiments/card_start's arm
 DW10="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
+DW10_KLC="actor.use_kl_loss=true actor.kl_loss_coef=0.1 algorithm.decision_parts=[route_model,think_model]
+  algorithm.decision_adv_weight=10 algorithm.decision_kl_weight=0"
 declare -A FLAGS=(
   [plain]="actor.use_kl_loss=false"
   [dw10]="$DW10"
@@ -31,6 +33,11 @@ declare -A FLAGS=(
   [dw10_ent03]="$DW10 algorithm.decision_entropy_coef=0.3"
   [dw10_ent1]="$DW10 algorithm.decision_entropy_coef=1"
   [dw10_ent3]="$DW10 algorithm.decision_entropy_coef=3"
+  # ...with the KL loss (0.1) back on every token but the names (algorithm.decision_kl_weight=0): the anchor holds
+  # the copies that slip at lr 2e-4 while the route leaves the warm start's uniform draw freely
+  [dw10_klc]="$DW10_KLC"
+  [dw10_klc_lr2]="$DW10_KLC actor.lr=2e-4"
+  [dw10_klc_lr3]="$DW10_KLC actor.lr=3e-4"
   # 8 prompts x 4 forked episodes: the plain arm's 32 episodes a step; forks at the first or the second route
   [forked]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8"
   # the same with the model names' advantage x10 (the names are ~7% of the policy's tokens)

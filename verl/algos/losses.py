@@ -101,10 +101,13 @@ def value_loss(
 
 
 def kl_loss(
-    logp: torch.Tensor, ref_logp: torch.Tensor, response_mask: torch.Tensor, kind: str = "k3", agg: str = "token-mean"
+    logp: torch.Tensor, ref_logp: torch.Tensor, response_mask: torch.Tensor, kind: str = "k3", agg: str = "token-mean",
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """KL to the reference as a loss term (GRPO style), aggregated over policy tokens."""
-    return agg_loss(kl_penalty(logp, ref_logp, kind), response_mask, agg)
+    """KL to the reference as a loss term (GRPO style), aggregated over policy tokens; `weights` (batch,
+    response_len), constants, scale each token's KL (algorithm.decision_kl_weight) inside the same aggregation."""
+    kl = kl_penalty(logp, ref_logp, kind)  # (batch, response_len)
+    return agg_loss(kl if weights is None else kl * weights.detach(), response_mask, agg)
 
 
 def _row_chunks(x: torch.Tensor, chunk_rows: int):

@@ -136,14 +136,21 @@ class TrainingDivergedError(RuntimeError):
     """MAX_BAD_STEPS steps in a row had non-finite gradients (their updates were skipped); nothing more is saved."""
 
 
-def check_decision_parts(alg, env) -> None:
-    """algorithm.decision_parts must name parts the env labels, with a positive weight (and a bonus needs parts)."""
-    coef = alg.get("decision_entropy_coef", 0.0)
+def check_decision_parts(alg, env, use_kl_loss: bool = False) -> None:
+    """algorithm.decision_parts must name parts the env labels, with a positive weight; a bonus or a KL weight on
+    them needs parts (and the KL weight a KL loss)."""
+    coef, kl_weight = alg.get("decision_entropy_coef", 0.0), alg.get("decision_kl_weight", 1.0)
     if coef < 0:
         raise ValueError(f"algorithm.decision_entropy_coef must be >= 0, got {coef}")
+    if kl_weight < 0:
+        raise ValueError(f"algorithm.decision_kl_weight must be >= 0, got {kl_weight}")
+    if kl_weight != 1.0 and not use_kl_loss:
+        raise ValueError("algorithm.decision_kl_weight weighs the KL loss on algorithm.decision_parts' tokens, and "
+                         "actor.use_kl_loss is false: there is no KL loss to weigh")
     if not alg.get("decision_parts"):
-        if coef:
-            raise ValueError("algorithm.decision_entropy_coef is a bonus on algorithm.decision_parts' tokens, and "
+        if coef or kl_weight != 1.0:
+            key = "decision_entropy_coef" if coef else "decision_kl_weight"
+            raise ValueError(f"algorithm.{key} acts on algorithm.decision_parts' tokens, and "
                              "none are named: set algorithm.decision_parts (a router's: [route_model,think_model])")
         return
     known = tuple(getattr(env, "part_names", ()) or ())
@@ -189,7 +196,7 @@ class PPOTrainer:
         self.schedule = make_schedule(self, cfg, dist)  # sync, off-policy or streaming: where episodes come from
         if alg.dynamic_sampling.enable and cfg.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n > 1 (it keeps groups whose rewards differ)")
-        check_decision_parts(alg, env)
+        check_decision_parts(alg, env, cfg.actor.use_kl_loss)
         if alg.get("whiten_by") and (alg.adv_estimator != "gae" or not alg.whiten_advantages):
             raise ValueError(f"algorithm.whiten_by={alg.whiten_by!r} whitens GAE advantages: it needs adv_estimator=gae "
                              "and whiten_advantages=true (grpo already compares within a prompt's group)")
@@ -474,6 +481,8 @@ class PPOTrainer:
                 out["advantages"] = torch.where(decision, adv * float(alg.decision_adv_weight), adv)
             if alg.get("decision_entropy_coef"):  # the actor adds this weight x the token's entropy to its objective
                 out["entropy_weights"] = decision.float() * float(alg.decision_entropy_coef)
+            if alg.get("decision_kl_weight", 1.0) != 1.0:  # the actor's KL loss weighs each token's KL by this
+                out["kl_weights"] = torch.where(decision, float(alg.decision_kl_weight), 1.0)
         return out
 
     def _decision_tokens(self, batch: DataProto, shape: tuple[int, int]) -> torch.Tensor:

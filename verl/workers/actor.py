@@ -140,6 +140,7 @@ class ActorWorker(FSDPWorker):
         keys += ["rollout_is_weights"] if "rollout_is_weights" in data.batch else []  # off-policy batches
         token_bonus = "entropy_weights" in data.batch  # algorithm.decision_entropy_coef: a bonus on some tokens
         keys += ["entropy_weights"] if token_bonus else []
+        keys += ["kl_weights"] if cfg.use_kl_loss and "kl_weights" in data.batch else []  # decision_kl_weight
         data = data.select(keys)
         temperature = sampled_temperature(data)
         use_entropy = cfg.entropy_coef != 0 or token_bonus
@@ -165,7 +166,9 @@ class ActorWorker(FSDPWorker):
                 m["entropy_bonus"] = bonus.item()
             if cfg.use_kl_loss:
                 ref = torch.where(mask, mb.batch["ref_log_prob"], logp.detach())
-                kl = kl_loss(logp, ref, mask, cfg.kl_loss_type, cfg.loss_agg_mode)
+                kl_w = mb.batch.get("kl_weights")
+                kl = kl_loss(logp, ref, mask, cfg.kl_loss_type, cfg.loss_agg_mode,
+                             weights=None if kl_w is None else torch.where(mask, kl_w, 0.0))
                 loss = loss + cfg.kl_loss_coef * kl
                 m["kl_loss"] = kl.item()
             return loss, m
