@@ -22,7 +22,7 @@ OUT=$R/g1 SFT_FROM=$R/c1 bash train.sh algorithm.adv_estimator=grpo rollout.n=4 
 OUT=$R/d1 N_ORACLE=3200 SFT_EPOCHS=4 bash train.sh > $R/d1.log 2>&1
 
 # PPO metrics gzipped, as docs/results keeps them (tests/test_docs_budget.py); plot_runs reads .jsonl.gz
-cp $R/c1/sft/metrics.jsonl $D/sft_metrics.jsonl
+gzip -9 -n -c $R/c1/sft/metrics.jsonl > $D/sft_metrics.jsonl.gz
 gzip -9nc $R/k1/ppo/metrics.jsonl > $D/ppo_metrics.jsonl.gz; cp $R/k1/ppo/curves.png $D/ppo_curves.png
 gzip -9nc $R/k1a06/ppo/metrics.jsonl > $D/alpha06_ppo_metrics.jsonl.gz
 cp $R/k1/eval/summary.json $D/eval_summary.json; cp $R/k1a06/eval/summary.json $D/alpha06_eval_summary.json

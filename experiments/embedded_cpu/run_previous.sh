@@ -16,7 +16,7 @@ OMP_NUM_THREADS=1 OUT=$R/final_a0 SFT_FROM=$R/final bash train.sh > $R/final_a0.
 OMP_NUM_THREADS=1 OUT=$R/final_a06 SFT_FROM=$R/final EVAL_ALPHA=0.6 bash train.sh env.alpha=0.6 > $R/final_a06.log 2>&1 &
 wait
 # PPO metrics gzipped, as docs/results keeps them (tests/test_docs_budget.py); plot_runs reads .jsonl.gz
-cp $R/final/sft/metrics.jsonl $D/sft_metrics.jsonl
+gzip -9 -n -c $R/final/sft/metrics.jsonl > $D/sft_metrics.jsonl.gz
 gzip -9nc $R/final_a0/ppo/metrics.jsonl > $D/ppo_metrics.jsonl.gz
 gzip -9nc $R/final_a06/ppo/metrics.jsonl > $D/alpha06_ppo_metrics.jsonl.gz
 cp $R/final_a0/ppo/curves.png $D/ppo_curves.png
