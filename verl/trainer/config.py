@@ -120,7 +120,7 @@ class AlgorithmConfig:
     decision_parts: list[str] = field(default_factory=list)  # parts of the env's token labels (its part_names; a router's: route_model, think_model) whose advantage is scaled by decision_adv_weight; empty: every policy token alike
     decision_adv_weight: float = 1.0  # the scale of decision_parts' advantages: a larger step for the few tokens that choose (a route's model name is ~4% of a router's policy tokens) against the many that copy (docs/rl_diagnosis.md section 15)
     decision_entropy_coef: float = 0.0  # entropy bonus on decision_parts' tokens alone, aggregated as the policy loss (keeps the names' sampling spread; from the card start 0.3-1 learned the routing no faster and 3 left the specialists for the generalists: docs/results/card_start); 0: none
-    decision_kl_weight: float = 1.0  # the KL loss's weight on decision_parts' tokens against the other policy tokens' 1 (actor.use_kl_loss): 0 lets the choice leave the warm start while the KL still holds the copies; 1: every token alike
+    decision_kl_weight: float = 1.0  # the KL loss's weight on decision_parts' tokens against the other policy tokens' 1 (actor.use_kl_loss): 0 lets the choice leave the warm start while the KL still holds the copies (from the card start at lr 2e-4 the routing is learned in fewer steps: docs/results/card_start); 1: every token alike
     fork_only: bool = False  # forked groups (the env's branch_turns): train the fork turns alone, every other token's advantage 0 (the route's credit without the rest of the episode's; docs/results/forked_groups)
 
 
