@@ -310,7 +310,7 @@ NOT_TRAINING = (
 )
 
 
-def _schedule_length_matters(cfg: DictConfig) -> bool:
+def schedule_length_matters(cfg: DictConfig) -> bool:
     # trainer.total_steps shapes the lr only through a cosine schedule or a warmup given as a ratio
     # (verl/workers/fsdp_worker.lr_schedule); otherwise more steps is simply a longer run.
     actor = OmegaConf.select(cfg, "actor") or {}
@@ -333,7 +333,7 @@ def training_changes(saved: DictConfig, current: DictConfig, not_training: tuple
     behaviour there was no key for."""
     skip = set(NOT_TRAINING) | {f"env.{k}" for k in not_training}
     keys = set(TRAINING_TRAINER_KEYS)
-    if _schedule_length_matters(saved) or _schedule_length_matters(current):
+    if schedule_length_matters(saved) or schedule_length_matters(current):
         keys |= {"trainer.total_steps"}
     defaults = _schema_defaults(env_class)
     out = []

@@ -32,7 +32,7 @@ from verl.protocol import DataProto
 from verl.trainer import checkpoint
 from verl.trainer.balance import engine_loads, imbalance, row_loads
 from verl.trainer.batching import pad_trajectories
-from verl.trainer.config import save_run_config
+from verl.trainer.config import save_run_config, schedule_length_matters
 from verl.trainer.curves import decoding_labels, plot_curves
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env_interface import Env, RolloutResult, pick_episodes
@@ -697,8 +697,9 @@ class PPOTrainer:
             if timed_out:
                 self.stopped = f"time limit {t.time_limit_s:g}s"
                 if self.is_main:  # a cut schedule trains a different model: say so where it happens
+                    cut = " (the learning-rate schedule did not finish)" if schedule_length_matters(self.cfg) else ""
                     tqdm.write(f"{self.mode} STOPPED EARLY at step {step} of {t.total_steps}: trainer.time_limit_s="
-                               f"{t.time_limit_s:g} reached (the learning-rate schedule did not finish)")
+                               f"{t.time_limit_s:g} reached{cut}")
             is_last = step == t.total_steps or timed_out
             if is_last or (t.test_freq and step % t.test_freq == 0):
                 self.schedule.wait()
