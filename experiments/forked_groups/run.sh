@@ -13,10 +13,10 @@ cd "$(dirname "$0")/../.."
 SFT=${1:?usage: run.sh SFT OUT} OUT=${2:?usage: run.sh SFT OUT}
 PY=${PYTHON:-python}
 SEEDS=${SEEDS:-1 2 3} ARMS=${ARMS:-plain|forked} PARALLEL=${PARALLEL:-2}
-# the model names' advantage x10 (they are ~7% of the policy's tokens), no forks: experiments/card_start's arm
-DW10="actor.use_kl_loss=false algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
-DW10_KLC="actor.use_kl_loss=true actor.kl_loss_coef=0.1 algorithm.decision_parts=[route_model,think_model]
-  algorithm.decision_adv_weight=10 algorithm.decision_kl_weight=0"
+# the model names' advantage x10 (they are ~7% of the policy's tokens), no forks: experiments/card_start's arms
+NAMES_X10="algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
+DW10="actor.use_kl_loss=false $NAMES_X10"
+DW10_KLC="actor.use_kl_loss=true actor.kl_loss_coef=0.1 $NAMES_X10 algorithm.decision_kl_weight=0"
 declare -A FLAGS=(
   [plain]="actor.use_kl_loss=false"
   [dw10]="$DW10"
