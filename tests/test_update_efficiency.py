@@ -72,51 +72,6 @@ def test_chunked_logprobs_match_full_log_softmax_values_and_gradients():
         chunked_logprobs(hidden, weight, labels[:5])
 
 
-def _autograd_reference(hidden, weight, bias, labels, temperature, softcap):
-    """The same scores through plain autograd: full logits, log_softmax, gather."""
-    logits = torch.nn.functional.linear(hidden.to(weight.dtype), weight, bias).float()
-    if softcap:
-        logits = torch.tanh(logits / softcap) * softcap
-    logp_all = torch.log_softmax(logits / temperature, -1)
-    return logp_all.gather(-1, labels[:, None]).squeeze(-1), -(logp_all.exp() * logp_all).sum(-1)
-
-
-@pytest.mark.parametrize("compiled", [False, True])
-def test_hand_written_head_backward_matches_autograd_with_softcap(compiled):
-    """The chunk's hand-written gradient (log-prob and entropy terms, Gemma 2's soft cap, the temperature) equals
-    autograd's through the plain computation; `compiled` runs the same two functions through torch.compile."""
-    g = torch.Generator().manual_seed(1)
-    hidden = torch.randn(9, 16, generator=g, dtype=torch.float64, requires_grad=True)
-    weight = (3 * torch.randn(V, 16, generator=g, dtype=torch.float64)).requires_grad_()  # logits past the cap
-    labels = torch.randint(0, V, (9,), generator=g)
-    ref_lp, ref_ent = _autograd_reference(hidden, weight, None, labels, 0.7, 5.0)
-    (ref_lp * torch.arange(9) - 0.5 * ref_ent).sum().backward()
-    ref = hidden.grad.clone(), weight.grad.clone()
-    hidden.grad = weight.grad = None
-    lp, ent = chunked_logprobs(hidden, weight, labels, None, 0.7, with_entropy=True, chunk_size=4, softcap=5.0,
-                               compiled=compiled)
-    torch.testing.assert_close(lp, ref_lp.float(), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(ent, ref_ent.float(), atol=1e-5, rtol=1e-5)
-    (lp * torch.arange(9) - 0.5 * ent).sum().backward()
-    torch.testing.assert_close(hidden.grad, ref[0], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(weight.grad, ref[1], atol=1e-5, rtol=1e-5)
-
-
-def test_head_in_bf16_rounds_the_logits_as_the_model_would():
-    """A bf16 weight (the actor's autocast copy): the matmul runs in bf16 and the scores are the float32 softmax of
-    those bf16 logits; the gradients come back in each input's dtype."""
-    g = torch.Generator().manual_seed(2)
-    hidden = torch.randn(6, 16, generator=g, requires_grad=True)  # float32, as the final norm may hand it over
-    weight = torch.randn(V, 16, generator=g).bfloat16().requires_grad_()
-    labels = torch.randint(0, V, (6,), generator=g)
-    lp, _ = chunked_logprobs(hidden, weight, labels, chunk_size=4)
-    ref_lp, _ = _autograd_reference(hidden, weight, None, labels, 1.0, None)
-    torch.testing.assert_close(lp, ref_lp, atol=1e-6, rtol=1e-6)
-    lp.sum().backward()
-    assert hidden.grad.dtype == torch.float32 and weight.grad.dtype == torch.bfloat16
-    assert hidden.grad.abs().sum() > 0 and weight.grad.abs().sum() > 0
-
-
 # ------------------------------------------------------------------- packing
 def test_pack_rows_and_response_index():
     attn = torch.tensor([[0, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1, 1]])

@@ -63,7 +63,7 @@ class ActorWorker(FSDPWorker):
             weight = head.weight if self.autocast_dtype is None else head.weight.to(self.autocast_dtype)
             lp, ent = chunked_logprobs(hidden.reshape(-1, hidden.shape[-1])[index], weight, labels, head.bias,
                                        temperature, with_entropy, cfg.logprob_chunk_size or max(len(labels), 1),
-                                       softcap, compiled=self.config.compile)
+                                       softcap)
             return torch.stack([lp, ent]) if with_entropy else lp[None]  # (1 or 2, n)
 
         # The head runs inside the model's forward because FSDP2 gathers its (root-level) weight

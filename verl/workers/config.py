@@ -25,7 +25,7 @@ class ModelConfig:
     critic_path: Any = None  # the critic's starting weights; null = model.path
     dtype: str = "auto"  # compute dtype: auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32; trained weights stay fp32
     gradient_checkpointing: bool = False  # recompute activations in backward (actor and critic)
-    compile: bool = False  # torch.compile each decoder layer of actor, critic and reference, and the actor's log-prob head (GPU: fuses elementwise work; the first steps pay the compile)
+    compile: bool = False  # torch.compile each decoder layer of actor, critic and reference (GPU: fuses elementwise work; the first steps pay the compile)
     seed: int = 0  # init seed of config-built models
 
 
@@ -100,7 +100,7 @@ class WorkerConfig:
     dtype: str = "bfloat16"  # compute dtype on CUDA; CPU always computes in float32
     seed: int = 0  # seeds the random init of dict-config models and the torch RNG
     gradient_checkpointing: bool = False  # recompute activations in backward
-    compile: bool = False  # torch.compile each decoder layer (model_loader.compile_decoder_layers) and the actor's log-prob head
+    compile: bool = False  # torch.compile each decoder layer (model_loader.compile_decoder_layers)
     reshard_after_forward: bool = True  # FSDP2: free gathered weights after forward (ZeRO-3 style)
     total_steps: Optional[int] = None  # the run's training steps (trainer.total_steps, resolved): the length of actor.warmup_ratio and of the cosine schedule
     actor: ActorConfig = field(default_factory=ActorConfig)  # the actor section
