@@ -72,6 +72,27 @@ def test_chunked_logprobs_match_full_log_softmax_values_and_gradients():
         chunked_logprobs(hidden, weight, labels[:5])
 
 
+def test_chunked_logprobs_gradients_through_gemma_softcap():
+    """Gemma 2's final soft cap inside the chunks: values and gradients equal plain autograd's, past the cap too."""
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(9, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = (3 * torch.randn(V, 16, generator=g, dtype=torch.float64)).requires_grad_()  # logits well past 5
+    labels = torch.randint(0, V, (9,), generator=g)
+    capped = torch.tanh(hidden @ weight.T / 5.0) * 5.0
+    logp_all = torch.log_softmax(capped / 0.7, -1)
+    ref_lp = logp_all.gather(-1, labels[:, None]).squeeze(-1)
+    ref_ent = -(logp_all.exp() * logp_all).sum(-1)
+    (ref_lp * torch.arange(9) - 0.5 * ref_ent).sum().backward()
+    ref = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    lp, ent = chunked_logprobs(hidden, weight, labels, None, 0.7, with_entropy=True, chunk_size=4, softcap=5.0)
+    torch.testing.assert_close(lp, ref_lp.float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent, ref_ent.float(), atol=1e-5, rtol=1e-5)
+    (lp * torch.arange(9) - 0.5 * ent).sum().backward()
+    torch.testing.assert_close(hidden.grad, ref[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weight.grad, ref[1], atol=1e-5, rtol=1e-5)
+
+
 # ------------------------------------------------------------------- packing
 def test_pack_rows_and_response_index():
     attn = torch.tensor([[0, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1, 1]])
