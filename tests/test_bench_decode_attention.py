@@ -23,6 +23,17 @@ def test_tiny_sweep_times_every_tile_and_agrees_with_the_matmul_path(tmp_path, c
     assert "best: block" in capsys.readouterr().out
 
 
+def test_pipeline_stages_are_a_tile_setting(tmp_path):
+    """--stages sweeps the kernel's num_stages; a staged tile is timed, checked and handed to bench_rollout."""
+    bench_decode_attention.main(ARGS[:4] + ["32", "--targets", "512", "--warps", "4", "--stages", "0", "3",
+                                            "--out", str(tmp_path / "r.json")])
+    (row,) = json.loads((tmp_path / "r.json").read_text())
+    assert row["triton_b32_t512_w4_us"] > 0 and row["triton_b32_t512_w4_s3_us"] > 0
+    assert row["triton_b32_t512_w4_s3_maxdiff"] < 1e-4
+    staged = row["triton_b32_t512_w4_s3_us"] < row["triton_b32_t512_w4_us"]
+    assert row["best"].get("num_stages") == (3 if staged else None)
+
+
 def test_a_wrong_tile_is_flagged_and_never_the_best(monkeypatch, capsys):
     kernel = pytest.importorskip("verl.workers.rollout.triton_decode_attention")
     monkeypatch.setattr(kernel, "triton_decode_attention", lambda q, *a, **k: torch.zeros_like(q))

@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--targets", type=int, nargs="+", default=[512, 1024, 2048, 4096],
                    help="programs the span is split into, about")
     p.add_argument("--warps", type=int, nargs="+", default=[2, 4, 8], help="warps per program")
+    p.add_argument("--stages", type=int, nargs="+", default=[0],
+                   help="software-pipeline stages of the inner loop's loads (0: Triton's default)")
     p.add_argument("--tiny", action="store_true",
                    help="CPU smoke run in Triton's interpreter (fp32, 2 rows, context 200): checks, does not time")
     p.add_argument("--out", default=None, help="write the results as JSON here")
@@ -74,27 +76,30 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{shape}: KV {kv_bytes / 1e6:.0f} MB a layer; matmul path {ms * 1e3:.1f} us "
               f"({kv_bytes / ms / 1e9:.2f} TB/s)", flush=True)
         best = None
-        for block, target, warps in itertools.product(args.blocks, args.targets, args.warps):
+        for block, target, warps, stages in itertools.product(args.blocks, args.targets, args.warps, args.stages):
+            tile = dict(block=block, target=target, num_warps=warps, **({"num_stages": stages} if stages else {}))
+            name = f"block {block:3d} target {target:4d} warps {warps} stages {stages or '-'}"
             fn = lambda: triton_decode_attention(q, kc, vc, lengths, pos, width, col, span, D ** -0.5,  # noqa: E731
-                                                 block=block, target=target, num_warps=warps)
+                                                 **tile)
             try:
                 err = (fn().float() - ref.float()).abs().max().item()
                 t = bench(fn)
             except Exception as e:  # a tile that does not fit (shared memory) is a data point too
-                print(f"  block {block} target {target} warps {warps}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                print(f"  {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
                 continue
-            row[f"triton_b{block}_t{target}_w{warps}_us"] = t * 1e3
-            print(f"  block {block:3d} target {target:4d} warps {warps}: {t * 1e3:6.1f} us "
-                  f"({kv_bytes / t / 1e9:.2f} TB/s), max |diff| {err:.3g}", flush=True)
-            row[f"triton_b{block}_t{target}_w{warps}_maxdiff"] = err
+            key = f"triton_b{block}_t{target}_w{warps}" + (f"_s{stages}" if stages else "")
+            row[f"{key}_us"] = t * 1e3
+            print(f"  {name}: {t * 1e3:6.1f} us ({kv_bytes / t / 1e9:.2f} TB/s), max |diff| {err:.3g}", flush=True)
+            row[f"{key}_maxdiff"] = err
             if err > tol:
-                print(f"  block {block} target {target} warps {warps}: MISMATCH, max |diff| {err:.3g}", flush=True)
+                print(f"  {name}: MISMATCH, max |diff| {err:.3g}", flush=True)
                 continue
-            best = min(best or (t, block, target, warps), (t, block, target, warps))
+            if best is None or t < best[0]:
+                best = (t, tile, name)
         if best:
-            print(f"  best: block {best[1]} target {best[2]} warps {best[3]}: {best[0] * 1e3:.1f} us, "
-                  f"{ms / best[0]:.2f}x the matmul path", flush=True)
-            row["best"] = dict(block=best[1], target=best[2], num_warps=best[3], us=best[0] * 1e3)  # bench_rollout --tiles
+            print(f"  best: {' '.join(best[2].split())}: {best[0] * 1e3:.1f} us, {ms / best[0]:.2f}x the matmul path",
+                  flush=True)
+            row["best"] = dict(best[1], us=best[0] * 1e3)  # bench_rollout --tiles
         results.append(row)
     if args.out:
         with open(args.out, "w") as f:

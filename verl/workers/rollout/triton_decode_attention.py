@@ -82,10 +82,11 @@ def splits_for(rows: int, kv: int, span: int, block: int = BLOCK_N, target: int 
 
 def triton_decode_attention(q, k_cache, v_cache, lengths, pos, width, col, span: int, scaling: float,
                             window: int | None = None, block: int = BLOCK_N, target: int = TARGET_PROGRAMS,
-                            num_warps: int = 4) -> torch.Tensor:
+                            num_warps: int = 4, num_stages: int | None = None) -> torch.Tensor:
     """One new query per row over the cache: q (rows, heads, 1, D); k_cache, v_cache (rows, kv, max_len, D);
     lengths, pos (rows,) prompt lengths and query positions; width, col (1,) on the device. -> (rows, heads, 1, D).
-    block, target and num_warps tune the split kernel (tools/bench/bench_decode_attention.py)."""
+    block, target, num_warps and num_stages (software-pipelined loads in flight; None: Triton's default) tune the
+    split kernel (tools/bench/bench_decode_attention.py)."""
     rows, heads, _, D = q.shape
     kv = k_cache.shape[1]
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or q.stride(-1) != 1:
@@ -101,7 +102,7 @@ def triton_decode_attention(q, k_cache, v_cache, lengths, pos, width, col, span:
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         scaling, window or 0, SPLIT=split,
         G=G, G_PAD=max(16, triton.next_power_of_2(G)), D=D, BLOCK=block, SLIDING=window is not None,
-        num_warps=num_warps)
+        num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}))
     out = torch.empty((rows, heads, 1, D), dtype=q.dtype, device=q.device)
     _merge_kernel[(rows * heads,)](m, l, acc, out, n_split, S_PAD=max(2, triton.next_power_of_2(n_split)), D=D)
     return out
