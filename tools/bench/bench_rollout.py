@@ -183,7 +183,7 @@ def print_top_kernels(fast: StaticRollout, prompts, sp: SamplingParams, device: 
 
 
 def best_tile(path: str, shape: str) -> dict | None:
-    """The fastest correct tile (block, target, num_warps) bench_decode_attention found for a shape, if any."""
+    """A shape's fastest correct tile from bench_decode_attention (block, target, num_warps[, num_stages]), if any."""
     with open(path) as f:
         rows = [r for r in json.load(f) if r.get("shape") == shape and "best" in r]
     return {k: v for k, v in rows[0]["best"].items() if k != "us"} if rows else None
