@@ -38,8 +38,8 @@ declare -A FLAGS=(
   [dw10_klc]="$DW10_KLC"
   [dw10_klc_lr2]="$DW10_KLC actor.lr=2e-4"
   [dw10_klc_lr3]="$DW10_KLC actor.lr=3e-4"
-  # ...half the episodes a step (16): 4x the episodes did not learn faster a step, so on 2 cores, where a step's time
-  # is its episodes', half of them may buy nearly twice the optimizer steps in 44.2's 30 minutes
+  # ...half the episodes a step (16): 4x the episodes did not learn faster a step, so in 44.2's 30 minutes on 2 cores
+  # half of them might buy more optimizer steps (measured: 1.5x the steps, the same EM; docs/results/card_start)
   [dw10_klc_lr2_b16]="$DW10_KLC actor.lr=2e-4 data.train_batch_size=16 actor.ppo_mini_batch_size=16
     critic.ppo_mini_batch_size=16"
   # 8 prompts x 4 forked episodes: the plain arm's 32 episodes a step; forks at the first or the second route

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         best = None
         for block, target, warps, stages in itertools.product(args.blocks, args.targets, args.warps, args.stages):
             tile = dict(block=block, target=target, num_warps=warps, **({"num_stages": stages} if stages else {}))
-            name = f"block {block:3d} target {target:4d} warps {warps} stages {stages or '-'}"
+            name = f"block {block} target {target} warps {warps} stages {stages or '-'}"
             fn = lambda: triton_decode_attention(q, kc, vc, lengths, pos, width, col, span, D ** -0.5,  # noqa: E731
                                                  **tile)
             try:
@@ -97,8 +97,7 @@ def main(argv: list[str] | None = None) -> None:
             if best is None or t < best[0]:
                 best = (t, tile, name)
         if best:
-            print(f"  best: {' '.join(best[2].split())}: {best[0] * 1e3:.1f} us, {ms / best[0]:.2f}x the matmul path",
-                  flush=True)
+            print(f"  best: {best[2]}: {best[0] * 1e3:.1f} us, {ms / best[0]:.2f}x the matmul path", flush=True)
             row["best"] = dict(best[1], us=best[0] * 1e3)  # bench_rollout --tiles
         results.append(row)
     if args.out:
