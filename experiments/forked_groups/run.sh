@@ -4,9 +4,9 @@
 # (train.sh's), the policy's probability of each listed name at its routes (tools/analysis/route_probs), the summary.
 #   bash experiments/forked_groups/run.sh SFT OUT     SFT: a warm start's OUT (train.sh SFT_ONLY=1), e.g. the card one:
 #     RECIPE=configs/recipes/uniform_card.yaml SEED=1 OUT=SFT SFT_ONLY=1 EVAL_BASELINES= bash train.sh
-# SEEDS ("1 2 3"); ARMS ("plain|forked"); PARALLEL (2) runs at a time, THREADS (1) each (2 cores: ~25 min a pair);
-# STEPS (300); TIME_LIMIT (seconds of training a run, then it is saved and evaluated; empty: none); EXTRA (overrides
-# for every arm, e.g. larger micro-batches on a GPU); ROUTE_PROBS=0 skips the route_probs reading (minutes a run).
+# SEEDS ("1 2 3"); ARMS ("plain|forked"; "list" prints each arm's flags); PARALLEL (2) runs at a time, THREADS (1)
+# each (2 cores: ~25 min a pair); STEPS (300); TIME_LIMIT (seconds of training a run, then it is saved and evaluated;
+# empty: none); EXTRA (overrides for every arm, e.g. larger micro-batches on a GPU); ROUTE_PROBS=0 skips the route_probs reading (minutes a run).
 # A run already evaluated in OUT (OUT/<arm>_s<seed>/eval/summary.json) is kept.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,6 +42,13 @@ declare -A FLAGS=(
   # half of them might buy more optimizer steps (measured: 1.5x the steps, the same EM; docs/results/card_start)
   [dw10_klc_lr2_b16]="$DW10_KLC actor.lr=2e-4 data.train_batch_size=16 actor.ppo_mini_batch_size=16
     critic.ppo_mini_batch_size=16"
+  # ...more optimizer steps from the same episodes (the clip fraction is ~0.1% and the PPO KL ~1e-3 a step, so each
+  # batch moves the policy little): mini-batches of 16 or 8 (4 or 8 Adam steps a batch at the same compute), or 4
+  # epochs (4 steps, twice the update's compute)
+  [dw10_klc_lr2_mb16]="$DW10_KLC actor.lr=2e-4 actor.ppo_mini_batch_size=16 critic.ppo_mini_batch_size=16"
+  [dw10_klc_lr2_mb8]="$DW10_KLC actor.lr=2e-4 actor.ppo_mini_batch_size=8 actor.ppo_micro_batch_size=8
+    critic.ppo_mini_batch_size=8 critic.ppo_micro_batch_size=8"
+  [dw10_klc_lr2_4ep]="$DW10_KLC actor.lr=2e-4 actor.ppo_epochs=4"
   # 8 prompts x 4 forked episodes: the plain arm's 32 episodes a step; forks at the first or the second route
   [forked]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8"
   # the same with the model names' advantage x10 (the names are ~7% of the policy's tokens)
@@ -75,6 +82,10 @@ declare -A FLAGS=(
   [forked_grpo_dw10]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8
     algorithm.adv_estimator=grpo algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
 )
+if [ "$ARMS" = list ]; then  # each arm's name and flags, one a line (tests/test_forked_groups_arms.py loads them)
+  for a in "${!FLAGS[@]}"; do printf '%s\t%s\n' "$a" "$(echo ${FLAGS[$a]})"; done
+  exit 0
+fi
 COMMON="env.alpha=0.6 rollout.temperature=0.7 trainer.total_steps=${STEPS:-300}
   ${TIME_LIMIT:+trainer.time_limit_s=$TIME_LIMIT} ${EXTRA:-}"
 mkdir -p "$OUT"
