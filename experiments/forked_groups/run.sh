@@ -6,7 +6,8 @@
 #     RECIPE=configs/recipes/uniform_card.yaml SEED=1 OUT=SFT SFT_ONLY=1 EVAL_BASELINES= bash train.sh
 # SEEDS ("1 2 3"); ARMS ("plain|forked"; "list" prints each arm's flags); PARALLEL (2) runs at a time, THREADS (1)
 # each (2 cores: ~25 min a pair); STEPS (300); TIME_LIMIT (seconds of training a run, then it is saved and evaluated;
-# empty: none); EXTRA (overrides for every arm, e.g. larger micro-batches on a GPU); ROUTE_PROBS=0 skips the route_probs reading (minutes a run).
+# empty: none); EXTRA (overrides for every arm, e.g. larger micro-batches on a GPU); ROUTE_PROBS=0 skips the
+# route_probs reading (minutes a run).
 # A run already evaluated in OUT (OUT/<arm>_s<seed>/eval/summary.json) is kept.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
