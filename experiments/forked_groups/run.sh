@@ -45,7 +45,8 @@ declare -A FLAGS=(
     critic.ppo_mini_batch_size=16"
   # ...more optimizer steps from the same episodes (the clip fraction is ~0.1% and the PPO KL ~1e-3 a step, so each
   # batch moves the policy little): mini-batches of 16 or 8 (4 or 8 Adam steps a batch at the same compute), or 4
-  # epochs (4 steps, twice the update's compute)
+  # epochs (4 steps, twice the update's compute). Measured (mb16, 30 minutes on 2 cores): level with 2 steps on one
+  # paired seed, and one of 3 seeds stopped naming a model (docs/results/card_start)
   [dw10_klc_lr2_mb16]="$DW10_KLC actor.lr=2e-4 actor.ppo_mini_batch_size=16 critic.ppo_mini_batch_size=16"
   [dw10_klc_lr2_mb8]="$DW10_KLC actor.lr=2e-4 actor.ppo_mini_batch_size=8 actor.ppo_micro_batch_size=8
     critic.ppo_mini_batch_size=8 critic.ppo_micro_batch_size=8"
@@ -84,7 +85,7 @@ declare -A FLAGS=(
     algorithm.adv_estimator=grpo algorithm.decision_parts=[route_model,think_model] algorithm.decision_adv_weight=10"
 )
 if [ "$ARMS" = list ]; then  # each arm's name and flags, one a line (tests/test_forked_groups_arms.py loads them)
-  for a in "${!FLAGS[@]}"; do printf '%s\t%s\n' "$a" "$(echo ${FLAGS[$a]})"; done
+  for a in "${!FLAGS[@]}"; do printf '%s\t%s\n' "$a" "$(printf '%s' "${FLAGS[$a]}" | tr -s ' \n' '  ')"; done
   exit 0
 fi
 COMMON="env.alpha=0.6 rollout.temperature=0.7 trainer.total_steps=${STEPS:-300}
