@@ -10,6 +10,7 @@
 # route_probs reading (minutes a run).
 # A run already evaluated in OUT (OUT/<arm>_s<seed>/eval/summary.json) is kept.
 set -euo pipefail
+set -f  # no globbing: the arms' flags go to train.sh as words, and [route_model,think_model] is a glob pattern
 cd "$(dirname "$0")/../.."
 SFT=${1:?usage: run.sh SFT OUT} OUT=${2:?usage: run.sh SFT OUT}
 PY=${PYTHON:-python}
