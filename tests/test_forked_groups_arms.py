@@ -1,11 +1,12 @@
 """Every arm of experiments/forked_groups/run.sh composes into a valid embedded config: a mistyped key in an arm's
 flags would otherwise surface only when its 30-minute run starts (or, in a batch of arms, after the others)."""
+import functools
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from verl.trainer.main_ppo import load_config
@@ -13,20 +14,12 @@ from verl.trainer.main_ppo import load_config
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@functools.cache  # one bash run for the whole module, not one a case
 def arms() -> dict[str, list[str]]:
     out = subprocess.run(["bash", "experiments/forked_groups/run.sh", "-", "-"], cwd=ROOT,
                          env={"ARMS": "list", "PATH": os.environ["PATH"]}, capture_output=True, text=True,
                          check=True).stdout
     return {name: flags.split() for name, flags in (line.split("\t") for line in out.splitlines())}
-
-
-def parsed(value: str):
-    """An override's value as hydra reads it (YAML 1.1 leaves 2e-4 a string; hydra makes it a float)."""
-    v = yaml.safe_load(value)
-    try:
-        return float(v) if isinstance(v, str) else v
-    except ValueError:
-        return v
 
 
 def test_the_list_holds_the_recipes_the_docs_name():
@@ -39,7 +32,6 @@ def test_the_list_holds_the_recipes_the_docs_name():
 def test_each_arm_composes(name):
     flags = arms()[name]
     cfg = load_config("embedded", ["env.alpha=0.6", "rollout.temperature=0.7", *flags])
-    for flag in flags:  # each flag lands where it says (none is swallowed by a later one)
-        key, value = flag.split("=", 1)
-        got = OmegaConf.select(cfg, key)
-        assert (OmegaConf.to_container(got) if OmegaConf.is_config(got) else got) == parsed(value), flag
+    for override in OverridesParser.create().parse_overrides(flags):  # each lands where it says, none swallowed
+        got = OmegaConf.select(cfg, override.key_or_group)
+        assert (OmegaConf.to_container(got) if OmegaConf.is_config(got) else got) == override.value(), override
