@@ -38,8 +38,9 @@ def test_rows_means_and_records(tmp_path):
     assert summarize.main([str(tmp_path), "--records", str(records)]) == 0
     table = (records / "table.md").read_text().splitlines()
     # configs/pool/sim.yaml: Qwen2.5-7B knows science, Mistral-7B people, LLaMA-3.1-8B geography
-    assert "| plain | 1 | 0.573 | +0.037 [-0.033, +0.107] | 4.50 | 0.50 | 0.43 | 0.47 / 0.40 / 0.60 | 0.80 |" in table
-    assert "| forked_dw10 | 1 | 0.580 | +0.043 [-0.027, +0.113] | 4.50 | - | - | 0.47 / 0.40 / 0.60 | 0.80 |" in table
+    assert "| plain | 1 | 0.573 | +0.037 [-0.033, +0.107] | 4.50 | 0.50 | 0.43 | 0.47 / 0.40 / 0.60 | 0.80 | - |" in table
+    assert "| forked_dw10 | 1 | 0.580 | +0.043 [-0.027, +0.113] | 4.50 | - | - | 0.47 / 0.40 / 0.60 | 0.80 | - |" \
+        in table
     mean = next(line for line in table if line.startswith("| **plain"))
     assert "mean of 2" in mean and "**0.565** (sd 0.011)" in mean and "| 0.50 | 0.42 |" in mean
     assert sorted(p.name for p in records.glob("*_route_probs.md")) == ["plain_s1_route_probs.md",
@@ -49,3 +50,34 @@ def test_rows_means_and_records(tmp_path):
 def test_an_out_dir_without_runs_says_so(tmp_path):
     with pytest.raises(SystemExit, match="no evaluated"):
         summarize.main([str(tmp_path)])
+
+
+def shares(step, **by_model):
+    return {"step": step, **{f"routing/all/share/{m}/mean": x for m, x in by_model.items()}}
+
+
+def test_a_name_the_sampled_routes_stop_naming_is_dropped():
+    # A named at steps 0-4, then 25 steps at 0: dropped from step 5; B silent for only the last 10: not yet;
+    # C never named at all (a warm start that never routes to it): not dropped either
+    rows = [shares(s, A=0.3 if s < 5 else 0.0, B=0.2 if s < 20 else 0.0, C=0.0) for s in range(30)]
+    rows.insert(3, {"step": 3, "val/em/mean": 0.5})  # a validation row between training steps is skipped
+    assert summarize.dropped_names(rows) == {"A": 5}
+    assert summarize.dropped_names(rows, window=10) == {"A": 5, "B": 20}
+    assert summarize.dropped_names([{"step": 0, "val/em/mean": 0.4}]) is None  # no shares logged: unknown
+
+
+def test_the_table_names_a_dropped_model_and_counts_the_runs(tmp_path):
+    make_run(tmp_path, "mb16_s1", 0.80, -0.37)
+    make_run(tmp_path, "mb16_s3", 0.68, -0.25)
+    make_run(tmp_path, "mb16_s4", 0.80, -0.37)
+    for seed, gone in ((1, None), (3, "LLaMA-3.1-8B-Instruct"), (4, "Mixtral-8x22B-Instruct")):
+        rows = [shares(s, **{"Mistral-7B-Instruct": 0.5, "LLaMA-3.1-8B-Instruct": 0.2, "Mixtral-8x22B-Instruct": 0.1,
+                             **({gone: 0.0} if gone and s >= 222 else {})}) for s in range(1, 260)]
+        (tmp_path / f"mb16_s{seed}" / "ppo" / "metrics.jsonl").write_text("\n".join(map(json.dumps, rows)))
+    assert summarize.main([str(tmp_path), "--records", str(tmp_path / "r")]) == 0
+    table = (tmp_path / "r" / "table.md").read_text().splitlines()
+    assert next(t for t in table if t.startswith("| mb16 | 1 |")).endswith("| none |")
+    # configs/pool/sim.yaml: LLaMA-3.1-8B is geography's best model, Mixtral-8x22B no domain's
+    assert next(t for t in table if t.startswith("| mb16 | 3 |")).endswith("| LLaMA-3.1-8B-Instruct* (222) |")
+    assert next(t for t in table if t.startswith("| mb16 | 4 |")).endswith("| Mixtral-8x22B-Instruct (222) |")
+    assert next(t for t in table if t.startswith("| **mb16")).endswith("| 1 of 3 dropped a best model |")

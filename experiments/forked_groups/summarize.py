@@ -1,6 +1,7 @@
 """Table of run.sh's arms: each seed's greedy test EM, RL minus its warm start (paired 95% CI), cost, the share of
 its greedy test routes that ask the hop's best model, P(best) at the warm start's routes (route_probs.md), greedy
-validation EM (start, lowest, end) and the lowest sampled format rate; then each arm's mean.
+validation EM (start, lowest, end), the lowest sampled format rate and the names training stopped sampling; then
+each arm's mean.
 
     python -m experiments.forked_groups.summarize OUT [--records docs/results/forked_groups] [--pool POOL]
 """
@@ -16,6 +17,8 @@ from pathlib import Path
 
 RUN = re.compile(r"^(?P<arm>\w+?)_s(?P<seed>\d+)$")
 P_BEST = re.compile(r"P\(best\) over \d+ hops of a known domain: ([\d.]+)")
+SHARE = re.compile(r"^routing/all/share/(?P<model>.+)/mean$")
+DROP_WINDOW = 20  # training steps in a row with no sampled route to a name before it counts as dropped
 
 
 def best_route_share(trajectories: list[dict], best: dict[str, str]) -> float | None:
@@ -23,6 +26,22 @@ def best_route_share(trajectories: list[dict], best: dict[str, str]) -> float | 
     hops = [t for traj in trajectories for t in traj.get("turns", [])
             if t.get("action") == "route" and t.get("model") and t.get("domain") in best]
     return sum(t["model"] == best[t["domain"]] for t in hops) / len(hops) if hops else None
+
+
+def dropped_names(rows: list[dict], window: int = DROP_WINDOW) -> dict[str, int] | None:
+    """Models the sampled routes named at some step and then in none of the last `window` training steps or more:
+    model -> the first step of that final silence (a name no episode samples gets no gradient back). None: the
+    metrics log no route shares."""
+    steps = [r for r in rows if any(SHARE.match(k) for k in r)]
+    if not steps:
+        return None
+    dropped = {}
+    for model in sorted({m["model"] for r in steps for m in map(SHARE.match, r) if m}):
+        shares = [r.get(f"routing/all/share/{model}/mean", 0.0) for r in steps]
+        named = [i for i, x in enumerate(shares) if x > 0]
+        if named and len(shares) - 1 - named[-1] >= window:
+            dropped[model] = steps[named[-1] + 1]["step"]
+    return dropped
 
 
 def read_run(run: Path, best: dict[str, str]) -> dict:
@@ -41,7 +60,8 @@ def read_run(run: Path, best: dict[str, str]) -> dict:
                                best) if trajs.exists() else None)
     return {"em": rl["overall"]["em"], "gain": -paired["em_diff"], "gain_ci": (-hi, -lo), "best_routes": routes,
             "cost_1e6": rl["overall"]["cost_usd"] * 1e6, "p_best": float(p_best.group(1)) if p_best else None,
-            "val": (val[0], min(val), val[-1]) if val else None, "format_min": min(fmt) if fmt else None}
+            "val": (val[0], min(val), val[-1]) if val else None, "format_min": min(fmt) if fmt else None,
+            "dropped": dropped_names(rows), "best_models": set(best.values())}
 
 
 def collect(out: Path, best: dict[str, str]) -> dict[str, dict[int, dict]]:
@@ -58,16 +78,24 @@ def _f(x, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _dropped(d: dict[str, int] | None, best_models: set[str]) -> str:
+    """'-' (not logged), 'none', or each dropped name with its step; * marks a domain's best model."""
+    if d is None:
+        return "-"
+    return ", ".join(f"{m}{'*' if m in best_models else ''} ({s})" for m, s in d.items()) or "none"
+
+
 def table(arms: dict[str, dict[int, dict]]) -> str:
     lines = ["| arm | seed | test EM | RL - warm start [95% CI] | cost 1e-6 $ | best-model routes | P(best) "
-             "| val EM start / min / end | min format |", "|---|---|---|---|---|---|---|---|---|"]
+             "| val EM start / min / end | min format | names dropped (from step; * a domain's best) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for arm, seeds in arms.items():
         for s, r in sorted(seeds.items()):
             val = " / ".join(f"{v:.2f}" for v in r["val"]) if r["val"] else "-"
             lines.append(f"| {arm} | {s} | {r['em']:.3f} | {r['gain']:+.3f} [{r['gain_ci'][0]:+.3f}, "
                          f"{r['gain_ci'][1]:+.3f}] | {r['cost_1e6']:.2f} | {_f(r['best_routes'], '.2f')} "
                          f"| {_f(r['p_best'], '.2f')} | {val} "
-                         f"| {_f(r['format_min'], '.2f')} |")
+                         f"| {_f(r['format_min'], '.2f')} | {_dropped(r['dropped'], r['best_models'])} |")
         rs = list(seeds.values())
         pb = [r["p_best"] for r in rs if r["p_best"] is not None]
         br = [r["best_routes"] for r in rs if r["best_routes"] is not None]
@@ -76,7 +104,9 @@ def table(arms: dict[str, dict[int, dict]]) -> str:
                      f"| {statistics.mean(r['gain'] for r in rs):+.3f} | "
                      f"{statistics.mean(r['cost_1e6'] for r in rs):.2f} | "
                      f"{_f(statistics.mean(br) if br else None, '.2f')} | "
-                     f"{_f(statistics.mean(pb) if pb else None, '.2f')} | | |")
+                     f"{_f(statistics.mean(pb) if pb else None, '.2f')} | | | "
+                     f"{sum(bool(r['dropped'] and set(r['dropped']) & r['best_models']) for r in rs)} of {len(rs)} "
+                     "dropped a best model |")
     return "\n".join(lines)
 
 
