@@ -61,7 +61,7 @@ def read_run(run: Path, best: dict[str, str]) -> dict:
     return {"em": rl["overall"]["em"], "gain": -paired["em_diff"], "gain_ci": (-hi, -lo), "best_routes": routes,
             "cost_1e6": rl["overall"]["cost_usd"] * 1e6, "p_best": float(p_best.group(1)) if p_best else None,
             "val": (val[0], min(val), val[-1]) if val else None, "format_min": min(fmt) if fmt else None,
-            "dropped": dropped_names(rows), "best_models": set(best.values())}
+            "dropped": _mark_best(dropped_names(rows), set(best.values()))}
 
 
 def collect(out: Path, best: dict[str, str]) -> dict[str, dict[int, dict]]:
@@ -78,11 +78,13 @@ def _f(x, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def _dropped(d: dict[str, int] | None, best_models: set[str]) -> str:
-    """'-' (not logged), 'none', or each dropped name with its step; * marks a domain's best model."""
-    if d is None:
-        return "-"
-    return ", ".join(f"{m}{'*' if m in best_models else ''} ({s})" for m, s in d.items()) or "none"
+def _mark_best(dropped: dict[str, int] | None, best_models: set[str]) -> dict[str, int] | None:
+    """The dropped names with a * on each that is some domain's best model."""
+    return None if dropped is None else {m + "*" * (m in best_models): s for m, s in dropped.items()}
+
+
+def _dropped(d: dict[str, int] | None) -> str:
+    return "-" if d is None else ", ".join(f"{m} ({s})" for m, s in d.items()) or "none"
 
 
 def table(arms: dict[str, dict[int, dict]]) -> str:
@@ -95,7 +97,7 @@ def table(arms: dict[str, dict[int, dict]]) -> str:
             lines.append(f"| {arm} | {s} | {r['em']:.3f} | {r['gain']:+.3f} [{r['gain_ci'][0]:+.3f}, "
                          f"{r['gain_ci'][1]:+.3f}] | {r['cost_1e6']:.2f} | {_f(r['best_routes'], '.2f')} "
                          f"| {_f(r['p_best'], '.2f')} | {val} "
-                         f"| {_f(r['format_min'], '.2f')} | {_dropped(r['dropped'], r['best_models'])} |")
+                         f"| {_f(r['format_min'], '.2f')} | {_dropped(r['dropped'])} |")
         rs = list(seeds.values())
         pb = [r["p_best"] for r in rs if r["p_best"] is not None]
         br = [r["best_routes"] for r in rs if r["best_routes"] is not None]
@@ -105,7 +107,7 @@ def table(arms: dict[str, dict[int, dict]]) -> str:
                      f"{statistics.mean(r['cost_1e6'] for r in rs):.2f} | "
                      f"{_f(statistics.mean(br) if br else None, '.2f')} | "
                      f"{_f(statistics.mean(pb) if pb else None, '.2f')} | | | "
-                     f"{sum(bool(r['dropped'] and set(r['dropped']) & r['best_models']) for r in rs)} of {len(rs)} "
+                     f"{sum(any(m.endswith('*') for m in r['dropped'] or ()) for r in rs)} of {len(rs)} "
                      "dropped a best model |")
     return "\n".join(lines)
 
