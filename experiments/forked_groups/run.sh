@@ -53,7 +53,7 @@ declare -A FLAGS=(
     critic.ppo_mini_batch_size=8 critic.ppo_micro_batch_size=8"
   [dw10_klc_lr2_4ep]="$DW10_KLC actor.lr=2e-4 actor.ppo_epochs=4"
   # ...mb16 with the entropy bonus on the names (1): mb16's seed 3 took a name from 0.22 of the sampled routes to 0 in
-  # two steps at ~0.05 nats of the think's name surprisal, and no route came back. Measured: the bonus keeps 0.1-0.6
+  # two steps at 0.01-0.2 nats of the think's name surprisal, and no route came back. Measured: the bonus keeps 0.1-0.6
   # nats, and a best model's name still died in 1 of 7 runs, as without it (docs/results/card_start)
   [dw10_klc_lr2_mb16_ent1]="$DW10_KLC actor.lr=2e-4 actor.ppo_mini_batch_size=16 critic.ppo_mini_batch_size=16
     algorithm.decision_entropy_coef=1"

@@ -32,15 +32,15 @@ def dropped_names(rows: list[dict], window: int = DROP_WINDOW) -> dict[str, int]
     """Models the sampled routes named at some step and then in none of the last `window` training steps or more:
     model -> the first step of that final silence (a name no episode samples gets no gradient back). None: the
     metrics log no route shares."""
-    steps = [r for r in rows if any(SHARE.match(k) for k in r)]
+    steps = [(r["step"], {m["model"]: x for k, x in r.items() if (m := SHARE.match(k))}) for r in rows]
+    steps = [(step, by_model) for step, by_model in steps if by_model]  # training steps; validation rows log none
     if not steps:
         return None
     dropped = {}
-    for model in sorted({m["model"] for r in steps for m in map(SHARE.match, r) if m}):
-        shares = [r.get(f"routing/all/share/{model}/mean", 0.0) for r in steps]
-        named = [i for i, x in enumerate(shares) if x > 0]
-        if named and len(shares) - 1 - named[-1] >= window:
-            dropped[model] = steps[named[-1] + 1]["step"]
+    for model in sorted({m for _, by_model in steps for m in by_model}):
+        named = [i for i, (_, by_model) in enumerate(steps) if by_model.get(model, 0.0) > 0]
+        if named and len(steps) - 1 - named[-1] >= window:
+            dropped[model] = steps[named[-1] + 1][0]
     return dropped
 
 
