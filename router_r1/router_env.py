@@ -224,6 +224,21 @@ class RouterEnv:
         """Each response token's part id (router_r1/token_parts.py); the trainer asks for its training batches only."""
         return [response_parts(self.tok, ids, self._think_names) for ids in response_ids]
 
+    def choice_token_ids(self) -> list[int]:
+        """The first token of each pool model's name as a think writes it ("Ask X."), without repeats: the
+        choices algorithm.name_floor holds up at each think_model span's first token."""
+        prefix = self.tok.encode("Ask", add_special_tokens=False)
+        ids = set()
+        for model in self.registry.models.values():
+            full = self.tok.encode(f"Ask {model.name}", add_special_tokens=False)
+            if full[:len(prefix)] != prefix:
+                raise ValueError(f"the tokenizer merges 'Ask' into {model.name!r}'s first token: no choice token")
+            # The first token with a visible character: a tokenizer may give the space a token of its own.
+            first = next((i for i in full[len(prefix):] if self.tok.decode([i]).strip()), None)
+            if first is not None:
+                ids.add(first)
+        return sorted(ids)
+
     def submit(self, coro):
         """Start a coroutine on the pool client's loop (where its connections live); its future."""
         return self.client.submit(coro)

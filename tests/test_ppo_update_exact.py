@@ -162,6 +162,74 @@ def test_decision_entropy_bonus_is_the_weighted_entropy_of_the_named_tokens_only
         torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=lambda m: f"{name}: {m}")
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(logprob_chunk_size=None), dict(use_remove_padding=True, logprob_chunk_size=5)])
+def test_name_floor_is_a_hinge_on_each_names_log_prob_from_the_full_softmax(kw):
+    """algorithm.name_floor: the trainer's floor_weights (coef at the choice positions) add token-mean(w x sum over
+    the choice tokens of relu(log floor - log p)) to the clipped objective, on the chunked and full-vocab paths;
+    choice tokens no row sampled get the gradient too."""
+    worker = actor(ppo_epochs=1, ppo_micro_batch_size=3, **kw)
+    data = off_policy_batch(worker, seed=7, grpo=False)
+    temperature, coef = 0.7, 2.0
+    mask = data.batch["response_mask"].bool()
+    at = torch.zeros_like(mask)
+    at[:, 2] = True  # one choice position a row
+    at &= mask
+    ids = [4, 9, 17]
+    before = copy.deepcopy(worker.model)
+    b = data.batch
+    with torch.no_grad():
+        logits = before(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                        position_ids=b["position_ids"]).logits[:, PROMPT - 1:-1].float() / temperature
+    name_logp = torch.log_softmax(logits, -1)[..., ids]  # (batch, resp, 3)
+    floor = float(name_logp[at].median().exp())  # half the (position, name) pairs under it: the hinge bites
+    data.meta.update(temperature=temperature, name_ids=ids, name_floor=floor)
+    data.batch["floor_weights"] = at.float() * coef
+    model = copy.deepcopy(before)
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                   position_ids=b["position_ids"]).logits[:, PROMPT - 1:-1].float() / temperature
+    hinge = torch.relu(torch.log(torch.tensor(floor)) - torch.log_softmax(logits, -1)[..., ids]).sum(-1)
+    (independent_loss(model, data, temperature=temperature, clip=0.2)
+     + (hinge * data.batch["floor_weights"])[mask].sum() / mask.sum()).backward()
+    want = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    without = reference_grads(before, data, temperature=temperature, clip=0.2)
+    metrics = worker.update_actor(data)
+    assert metrics["actor/name_floor_loss"] > 0
+    assert metrics["actor/name_floor_min_p"] < floor
+    got = grads_of(worker)
+    assert any(not torch.allclose(want[n], without[n], atol=1e-6) for n in want)  # the floor moves the gradient
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+def test_name_floor_lifts_a_name_no_episode_sampled():
+    """Zero advantages, no sampled token is a choice: updates with the floor raise the lowest choice's probability at
+    the choice position to the floor's side; without floor_weights nothing moves it."""
+    data = with_old_log_probs(actor(), make_batch(seed=14))
+    data.meta["temperature"] = 1.0
+    data.batch["advantages"] = torch.zeros_like(data.batch["old_log_probs"])
+    mask = data.batch["response_mask"].bool()
+    at = torch.zeros_like(mask)
+    at[:, 1] = True
+    at &= mask
+    ids = [v for v in range(5, 40) if not (data.batch["responses"][at] == v).any()][:4]  # never sampled there
+
+    def lowest(worker):
+        lp, _, names = worker._log_prob(data, 1.0, False, torch.tensor(ids))
+        return float(names[at].exp().min())
+
+    floor = 0.05
+    data.meta.update(name_ids=ids, name_floor=floor)
+    held, plain = actor(lr=1e-2, weight_decay=0.0), actor(lr=1e-2, weight_decay=0.0)
+    start = lowest(held)
+    assert start < floor and lowest(plain) == start
+    for _ in range(10):
+        held.update_actor(DataProto.from_dict({**data.batch, "floor_weights": at.float()}, meta=data.meta))
+        plain.update_actor(data)
+    assert lowest(held) > start + 0.5 * (floor - start)
+    assert lowest(plain) == pytest.approx(start, abs=1e-6)
+
+
 def test_decision_kl_weight_scales_the_kl_of_the_named_tokens_only():
     """algorithm.decision_kl_weight: the trainer's kl_weights (w on decision tokens, 1 elsewhere) scale each token's
     k3 term inside the token-mean; at w=0 the named tokens leave the KL and the others keep theirs."""

@@ -118,7 +118,7 @@ def test_the_fork_turn_gets_the_sibling_advantage_and_every_other_token_the_esti
 
     def advantages(info, **alg):
         cfg = OmegaConf.create({"algorithm": OmegaConf.structured(AlgorithmConfig(use_kl_in_reward=False, **alg))})
-        trainer = types.SimpleNamespace(tokenizer=tok, cfg=cfg, env=types.SimpleNamespace(), ref=None)
+        trainer = types.SimpleNamespace(tokenizer=tok, cfg=cfg, env=types.SimpleNamespace(), ref=None, floor_ids=[])
         batch = PPOTrainer.to_batch(trainer, RolloutResult([[1, 2]] * 4, ids, mask, info), rows, scores,
                                     SamplingParams(temperature=1.0))
         m = batch.batch["response_mask"].float()

@@ -96,7 +96,7 @@ def test_decision_parts_scale_the_advantage_on_the_named_parts_only(tok):
 
     def advantages(**alg):
         cfg = OmegaConf.create({"algorithm": OmegaConf.structured(AlgorithmConfig(use_kl_in_reward=False, **alg))})
-        trainer = types.SimpleNamespace(tokenizer=tok, cfg=cfg, env=env, ref=None)
+        trainer = types.SimpleNamespace(tokenizer=tok, cfg=cfg, env=env, ref=None, floor_ids=[])
         trainer._decision_tokens = types.MethodType(PPOTrainer._decision_tokens, trainer)
         batch = PPOTrainer.to_batch(trainer, result, rows, np.array([1.0, 0.0]), SamplingParams(temperature=1.0))
         mask = batch.batch["response_mask"].float()
@@ -135,3 +135,59 @@ def test_decision_parts_scale_the_advantage_on_the_named_parts_only(tok):
         check_decision_parts(OmegaConf.structured(AlgorithmConfig(decision_parts=["route_model"])), types.SimpleNamespace())
     with pytest.raises(ValueError, match="must be > 0"):
         check_decision_parts(OmegaConf.structured(AlgorithmConfig(decision_parts=["route_model"], decision_adv_weight=0)), env)
+
+
+def test_name_floor_weights_the_first_token_of_each_named_model_in_the_think(tok):
+    """algorithm.name_floor: floor_weights carry name_floor_coef at the first token of each think_model span (the
+    choice; the route's name only copies it) and 0 elsewhere; the meta's ids are the env's choice tokens."""
+    from verl.trainer.config import AlgorithmConfig
+    from verl.trainer.ppo_trainer import name_floor_ids, span_starts
+
+    names = names_pattern(["Qwen2.5-7B-Instruct", "LLaMA-3.1-8B-Instruct"])
+    env = types.SimpleNamespace(part_names=PART_NAMES, choice_token_ids=lambda: [7, 11],
+                                token_parts=lambda rows: [response_parts(tok, r, names) for r in rows])
+    text = ("<think>Ask Qwen2.5-7B-Instruct.</think><search>Qwen2.5-7B-Instruct: who?</search>"
+            "<think>No answer. Ask LLaMA-3.1-8B-Instruct.</think><search>LLaMA-3.1-8B-Instruct: who?</search>")
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    parts = response_parts(tok, ids, names)
+    result = RolloutResult([[5, 6]], [ids], [[1] * len(ids)])
+    cfg = OmegaConf.create({"algorithm": OmegaConf.structured(
+        AlgorithmConfig(use_kl_in_reward=False, name_floor=0.05, name_floor_coef=3.0))})
+    trainer = types.SimpleNamespace(tokenizer=tok, cfg=cfg, env=env, ref=None,
+                                    floor_ids=name_floor_ids(cfg.algorithm, env))
+    batch = PPOTrainer.to_batch(trainer, result, [types.SimpleNamespace(uid="u0")], np.array([1.0]),
+                                SamplingParams(temperature=1.0))
+    mask = batch.batch["response_mask"].float()
+    batch.batch["values"] = torch.zeros_like(mask)
+    metrics = {}
+    weights = PPOTrainer._advantages(trainer, batch, mask, metrics)["floor_weights"][0]
+    starts = [i for i, p in enumerate(parts) if p == THINK_MODEL and (i == 0 or parts[i - 1] != THINK_MODEL)]
+    assert len(starts) == 2 and sum(p == THINK_MODEL for p in parts) > 2  # multi-token names: only the first counts
+    assert weights.nonzero().flatten().tolist() == starts and set(weights[starts].tolist()) == {3.0}
+    assert tok.decode([ids[starts[1]]]).strip().startswith("LL") and metrics["actor/name_floor_positions"] == 2
+    assert span_starts(torch.tensor([[5, 5, 0, 5, 2, 5]]), 5).tolist() == [[True, False, False, True, False, True]]
+    assert trainer.floor_ids == [7, 11] and name_floor_ids(OmegaConf.structured(AlgorithmConfig()), env) == []
+    for bad, match in [(dict(name_floor=0.6), "more than all the probability"),
+                       (dict(name_floor=1.5), r"must be in \(0, 1\)"),
+                       (dict(name_floor=0.05, name_floor_coef=0.0), "name_floor_coef > 0"),
+                       (dict(name_floor=0.05, name_floor_part="route"), "'route' not among")]:
+        with pytest.raises(ValueError, match=match):
+            name_floor_ids(OmegaConf.structured(AlgorithmConfig(**bad)), env)
+    with pytest.raises(ValueError, match="names no choice tokens"):
+        name_floor_ids(OmegaConf.structured(AlgorithmConfig(name_floor=0.05)), types.SimpleNamespace(part_names=PART_NAMES))
+
+
+def test_the_routers_choice_tokens_are_each_pool_names_first_token_after_ask(tok):
+    """RouterEnv.choice_token_ids: one id per distinct first token of the pool's names as "Ask X" writes them."""
+    from router_r1.pool.registry import ModelRegistry
+    from router_r1.router_env import RouterEnv
+
+    registry = ModelRegistry.from_yaml("configs/pool/sim.yaml")
+    env = types.SimpleNamespace(tok=tok, registry=registry)
+    ids = RouterEnv.choice_token_ids(env)
+    firsts = {}
+    for m in registry.models.values():
+        full = tok(f"<think>Ask {m.name}.</think>", add_special_tokens=False)["input_ids"]
+        parts = response_parts(tok, full, names_pattern([m.name]))
+        firsts[m.name] = full[parts.index(THINK_MODEL)]  # the token the trainer's floor position holds
+    assert ids == sorted(set(firsts.values())) and len(ids) >= 2

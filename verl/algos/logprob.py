@@ -18,7 +18,10 @@ def _chunk(hidden, weight, bias, labels, temperature: float, with_entropy: bool,
         logits = torch.tanh(logits / softcap) * softcap
     logits = logits / temperature
     lse = torch.logsumexp(logits, dim=-1)  # (rows,)
-    logp = logits.gather(-1, labels[:, None]).squeeze(-1) - lse
+    if labels.ndim == 2:  # (rows, k) ids per position: (rows, k) log-probs
+        logp = logits.gather(-1, labels) - lse[:, None]
+    else:
+        logp = logits.gather(-1, labels[:, None]).squeeze(-1) - lse
     if not with_entropy:
         return logp, None
     # H = logsumexp(z) - sum softmax(z) * z: no log(0) on underflowed probabilities.
@@ -30,10 +33,10 @@ def chunked_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.T
                      bias: torch.Tensor | None = None, temperature: float = 1.0, with_entropy: bool = False,
                      chunk_size: int = 2048, softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log softmax(hidden @ weight.T / temperature)[labels] and optionally the entropy,
-    for hidden (n, h), weight (vocab, h), labels (n,); returns float32 (n,) tensors.
+    for hidden (n, h), weight (vocab, h), labels (n,) or (n, k); returns float32 (n,) or (n, k) tensors.
     `softcap`: the model's final logit soft-capping (cap * tanh(logits / cap)), if it has one."""
-    if hidden.ndim != 2 or labels.shape != hidden.shape[:1]:
-        raise ValueError(f"hidden {tuple(hidden.shape)} must be (n, h) and labels {tuple(labels.shape)} (n,)")
+    if hidden.ndim != 2 or labels.shape[:1] != hidden.shape[:1] or labels.ndim > 2:
+        raise ValueError(f"hidden {tuple(hidden.shape)} must be (n, h) and labels {tuple(labels.shape)} (n,) or (n, k)")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     # Recompute a chunk's logits in backward rather than keeping (n, vocab) alive for it.
@@ -49,5 +52,5 @@ def chunked_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.T
         entropies.append(ent)
     if not logps:  # no positions: an empty slice that is still part of the graph
         empty = hidden[:, 0].float()  # (0,)
-        return empty, (empty if with_entropy else None)
+        return empty.reshape(labels.shape), (empty if with_entropy else None)
     return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)

@@ -121,6 +121,9 @@ class AlgorithmConfig:
     decision_adv_weight: float = 1.0  # the scale of decision_parts' advantages: a larger step for the few tokens that choose (a route's model name is ~4% of a router's policy tokens) against the many that copy (docs/rl_diagnosis.md section 15)
     decision_entropy_coef: float = 0.0  # entropy bonus on decision_parts' tokens alone, aggregated as the policy loss (keeps the names' sampling spread; from the card start 0.3-1 learned the routing no faster and 3 left the specialists for the generalists: docs/results/card_start); 0: none
     decision_kl_weight: float = 1.0  # the KL loss's weight on decision_parts' tokens against the other policy tokens' 1 (actor.use_kl_loss): 0 lets the choice leave the warm start while the KL still holds the copies (from the card start at lr 2e-4 the routing is learned in fewer steps: docs/results/card_start); 1: every token alike
+    name_floor: float = 0.0  # a floor under the probability of each of the env's choice tokens (its choice_token_ids(): a router's pool names' first tokens) at the first token of each name_floor_part span, at the sampling temperature: a hinge on log p below it, from the full softmax, so a name no episode sampled still gets pushed back up (a name that falls to ~0 in one update is never sampled again: docs/results/card_start); 0: none
+    name_floor_part: str = "think_model"  # the env's token part (one of its part_names) whose spans' first tokens are the choices the floor applies at (a router's think names the model it asks: "Ask X.")
+    name_floor_coef: float = 1.0  # the floor hinge's weight, aggregated over every policy token as the policy loss is
     fork_only: bool = False  # forked groups (the env's branch_turns): train the fork turns alone, every other token's advantage 0 (the route's credit without the rest of the episode's; docs/results/forked_groups)
 
 

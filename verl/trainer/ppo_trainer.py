@@ -162,6 +162,34 @@ def check_decision_parts(alg, env, use_kl_loss: bool = False) -> None:
         raise ValueError(f"algorithm.decision_adv_weight must be > 0, got {alg.decision_adv_weight}")
 
 
+def name_floor_ids(alg, env) -> list[int]:
+    """algorithm.name_floor's choice tokens (the env's choice_token_ids()), checked; [] when the floor is off."""
+    floor = alg.get("name_floor", 0.0)
+    if not floor:
+        return []
+    if not 0 < floor < 1 or alg.get("name_floor_coef", 1.0) <= 0:
+        raise ValueError(f"algorithm.name_floor must be in (0, 1) with name_floor_coef > 0, got {floor} and "
+                         f"{alg.get('name_floor_coef')}")
+    ids = list(env.choice_token_ids()) if hasattr(env, "choice_token_ids") else []
+    if not ids:
+        raise ValueError("algorithm.name_floor: the env names no choice tokens (choice_token_ids()) to hold up")
+    if floor * len(ids) >= 1:
+        raise ValueError(f"algorithm.name_floor={floor} for {len(ids)} choice tokens asks for more than all the "
+                         f"probability: keep it below {1 / len(ids):.3f}")
+    known = tuple(getattr(env, "part_names", ()) or ())
+    if alg.name_floor_part not in known:
+        raise ValueError(f"algorithm.name_floor_part: {alg.name_floor_part!r} not among the env's token parts "
+                         f"({', '.join(known) or 'it labels none'})")
+    return ids
+
+
+def span_starts(parts: torch.Tensor, part: int) -> torch.Tensor:
+    """(batch, len) bool: the first token of each run of `part` in the (batch, len) part ids."""
+    here = parts == part
+    before = torch.cat([torch.zeros_like(here[:, :1]), here[:, :-1]], dim=1)
+    return here & ~before
+
+
 class PPOTrainer:
     """The training loop of both modes: trainer.mode=ppo (`step`) and sft (`sft_step`, env None, train_set an SFTSet)."""
 
@@ -197,6 +225,7 @@ class PPOTrainer:
         if alg.dynamic_sampling.enable and cfg.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n > 1 (it keeps groups whose rewards differ)")
         check_decision_parts(alg, env, cfg.actor.use_kl_loss)
+        self.floor_ids = name_floor_ids(alg, env)  # algorithm.name_floor's choice tokens; [] when off
         if alg.get("whiten_by") and (alg.adv_estimator != "gae" or not alg.whiten_advantages):
             raise ValueError(f"algorithm.whiten_by={alg.whiten_by!r} whitens GAE advantages: it needs adv_estimator=gae "
                              "and whiten_advantages=true (grpo already compares within a prompt's group)")
@@ -410,6 +439,8 @@ class PPOTrainer:
                     batch = batch.union(self.critic.compute_values(batch))
             with timer("adv", metrics):
                 batch.batch.update(self._advantages(batch, mask, metrics))
+            if self.floor_ids:  # the actor's floor hinge reads the choice tokens and the floor from the meta
+                batch.meta.update(name_ids=self.floor_ids, name_floor=float(cfg.algorithm.name_floor))
 
             if self.critic is not None:
                 with timer("update_critic", metrics):
@@ -483,6 +514,11 @@ class PPOTrainer:
                 out["entropy_weights"] = decision.float() * float(alg.decision_entropy_coef)
             if alg.get("decision_kl_weight", 1.0) != 1.0:  # the actor's KL loss weighs each token's KL by this
                 out["kl_weights"] = torch.where(decision, float(alg.decision_kl_weight), 1.0)
+        if self.floor_ids:
+            parts = part_tensor(batch.non_tensor["token_part"], tuple(mask.shape))
+            at = span_starts(parts, list(self.env.part_names).index(alg.name_floor_part) + 1) & mask.bool()
+            out["floor_weights"] = at.float() * float(alg.name_floor_coef)  # (batch, response_len)
+            metrics["actor/name_floor_positions"] = float(at.sum()) / len(at)  # per episode
         return out
 
     def _decision_tokens(self, batch: DataProto, shape: tuple[int, int]) -> torch.Tensor:

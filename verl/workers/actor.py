@@ -10,6 +10,7 @@ import contextlib
 import warnings
 
 import torch
+import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verl.algos.logprob import chunked_logprobs
@@ -43,17 +44,21 @@ class ActorWorker(FSDPWorker):
             raise ValueError(f"ActorWorker role must be 'actor' or 'ref', got {role!r}")
         super().__init__(config, role)
 
-    def _log_prob(self, mb: DataProto, temperature: float, with_entropy: bool):
-        """(log p(response token), entropy or None), each (batch, response_len), 0 on padding."""
+    def _log_prob(self, mb: DataProto, temperature: float, with_entropy: bool, name_ids: torch.Tensor | None = None):
+        """(log p(response token), entropy or None), each (batch, response_len), and with `name_ids` (k,) the
+        log-probs of those tokens at every position, (batch, response_len, k), else None; 0 on padding."""
         cfg = self.config.actor
         if cfg.logprob_chunk_size is None and not cfg.use_remove_padding:
-            return self._log_prob_full_vocab(mb, temperature, with_entropy)
+            return self._log_prob_full_vocab(mb, temperature, with_entropy, name_ids)
         resp_len = mb.batch["responses"].shape[1]
         keep = resp_len
         if not cfg.use_remove_padding:
             mb, keep = trim_padding(mb)
         kwargs, index, real = self._inputs(mb, keep)
         labels = mb.batch["responses"][:, :keep][real]  # (n,)
+        k = 0 if name_ids is None else len(name_ids)
+        if k:  # column 0 the response token, then the names: (n, 1 + k)
+            labels = torch.cat([labels[:, None], name_ids.to(labels.device).expand(len(labels), k)], dim=1)
         head = self.model.get_output_embeddings()
         text_cfg = self.model.config.get_text_config()
         softcap = getattr(text_cfg, "final_logit_softcapping", None)  # applied to the logits in the chunks
@@ -64,7 +69,8 @@ class ActorWorker(FSDPWorker):
             lp, ent = chunked_logprobs(hidden.reshape(-1, hidden.shape[-1])[index], weight, labels, head.bias,
                                        temperature, with_entropy, cfg.logprob_chunk_size or max(len(labels), 1),
                                        softcap)
-            return torch.stack([lp, ent]) if with_entropy else lp[None]  # (1 or 2, n)
+            rows = list(lp.T) if k else [lp]  # the response token's log-prob, then each name's
+            return torch.stack(rows[:1] + ([ent] if with_entropy else []) + rows[1:])  # (1 [+1] + k, n)
 
         # The head runs inside the model's forward because FSDP2 gathers its (root-level) weight
         # only there; swapped in, it returns per-token log-probs where the logits would be. The
@@ -84,9 +90,14 @@ class ActorWorker(FSDPWorker):
         logp = pad_response(zeros.index_put((real,), logp), resp_len)
         if with_entropy:
             entropy = pad_response(zeros.index_put((real,), entropy), resp_len)
-        return logp, entropy
+        names = None
+        if k:
+            names = torch.zeros(*real.shape, k, device=logp.device).index_put((real,), scores[-k:].T)  # (batch, keep, k)
+            names = F.pad(names, (0, 0, 0, resp_len - names.shape[1]))  # (batch, response_len, k)
+        return logp, entropy, names
 
-    def _log_prob_full_vocab(self, mb: DataProto, temperature: float, with_entropy: bool):
+    def _log_prob_full_vocab(self, mb: DataProto, temperature: float, with_entropy: bool,
+                             name_ids: torch.Tensor | None = None):
         """The reference path: padded rows, (batch, kept, vocab) float32 logits."""
         resp_len = mb.batch["responses"].shape[1]
         mb, keep = trim_padding(mb)
@@ -98,7 +109,11 @@ class ActorWorker(FSDPWorker):
         real = mb.batch["attention_mask"][:, -keep:]  # (batch, keep)
         logp = logprobs_from_logits(logits, mb.batch["responses"]) * real
         entropy = entropy_from_logits(logits) * real if with_entropy else None
-        return pad_response(logp, resp_len), (pad_response(entropy, resp_len) if with_entropy else None)
+        names = None
+        if name_ids is not None and len(name_ids):
+            names = (logits[..., name_ids.to(logits.device)] - logits.logsumexp(-1, keepdim=True)) * real[..., None]
+            names = F.pad(names, (0, 0, 0, resp_len - names.shape[1]))  # (batch, response_len, k)
+        return pad_response(logp, resp_len), (pad_response(entropy, resp_len) if with_entropy else None), names
 
     @register("dp")
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -112,7 +127,7 @@ class ActorWorker(FSDPWorker):
         self.model.eval()
         with self._no_grad():
             for idx in self._micro_batches(data, no_grad=True):
-                lp, ent = self._log_prob(data[idx].to(self.device), temperature, with_entropy)
+                lp, ent, _ = self._log_prob(data[idx].to(self.device), temperature, with_entropy)
                 idx = torch.as_tensor(idx)
                 logp[idx] = lp.cpu()  # back to the original row order
                 if with_entropy:
@@ -141,12 +156,16 @@ class ActorWorker(FSDPWorker):
         token_bonus = "entropy_weights" in data.batch  # algorithm.decision_entropy_coef: a bonus on some tokens
         keys += ["entropy_weights"] if token_bonus else []
         keys += ["kl_weights"] if cfg.use_kl_loss and "kl_weights" in data.batch else []  # decision_kl_weight
+        floor_on = "floor_weights" in data.batch  # algorithm.name_floor: the names' probability floor
+        keys += ["floor_weights"] if floor_on else []
         data = data.select(keys)
         temperature = sampled_temperature(data)
         use_entropy = cfg.entropy_coef != 0 or token_bonus
+        name_ids = torch.tensor(data.meta["name_ids"], dtype=torch.long) if floor_on else None
+        log_floor = float(torch.log(torch.tensor(data.meta["name_floor"]))) if floor_on else 0.0
 
         def micro_loss(mb: DataProto, mask: torch.Tensor):
-            logp, entropy = self._log_prob(mb, temperature, use_entropy)
+            logp, entropy, names = self._log_prob(mb, temperature, use_entropy, name_ids)
             # Masked positions may hold anything: keep it out of the graph (0 * inf is nan).
             old = torch.where(mask, mb.batch["old_log_probs"], logp.detach())
             adv = torch.where(mask, mb.batch["advantages"], 0.0)
@@ -164,6 +183,16 @@ class ActorWorker(FSDPWorker):
                                  cfg.loss_agg_mode)
                 loss = loss - bonus
                 m["entropy_bonus"] = bonus.item()
+            if floor_on:  # a hinge on each name's log-prob below the floor, from the full softmax: an unsampled
+                # name gets a gradient too. Aggregated over every policy token, as the policy loss is.
+                at = mask & (mb.batch["floor_weights"] > 0)  # (batch, response_len) the decision positions
+                hinge = torch.relu(log_floor - names).sum(-1)  # (batch, response_len)
+                floor_loss = agg_loss(torch.where(at, hinge * mb.batch["floor_weights"], 0.0), mask,
+                                      cfg.loss_agg_mode)
+                loss = loss + floor_loss
+                m["name_floor_loss"] = floor_loss.item()
+                if at.any():
+                    m["name_floor_min_p"] = names[at].exp().min().item()
             if cfg.use_kl_loss:
                 ref = torch.where(mask, mb.batch["ref_log_prob"], logp.detach())
                 kl_w = mb.batch.get("kl_weights")
