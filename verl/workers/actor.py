@@ -7,6 +7,7 @@ reference log-probs are those of the distribution the episodes were drawn from.
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 
 import torch
@@ -162,7 +163,7 @@ class ActorWorker(FSDPWorker):
         temperature = sampled_temperature(data)
         use_entropy = cfg.entropy_coef != 0 or token_bonus
         name_ids = torch.tensor(data.meta["name_ids"], dtype=torch.long) if floor_on else None
-        log_floor = float(torch.log(torch.tensor(data.meta["name_floor"]))) if floor_on else 0.0
+        log_floor = math.log(data.meta["name_floor"]) if floor_on else 0.0
 
         def micro_loss(mb: DataProto, mask: torch.Tensor):
             logp, entropy, names = self._log_prob(mb, temperature, use_entropy, name_ids)
