@@ -165,8 +165,9 @@ def test_decision_entropy_bonus_is_the_weighted_entropy_of_the_named_tokens_only
 @pytest.mark.parametrize("kw", [dict(), dict(logprob_chunk_size=None), dict(use_remove_padding=True, logprob_chunk_size=5)])
 def test_name_floor_is_a_hinge_on_each_names_log_prob_from_the_full_softmax(kw):
     """algorithm.name_floor: the trainer's floor_weights (coef at the choice positions) add token-mean(w x sum over
-    the choice tokens of relu(log floor - log p)) to the clipped objective, on the chunked and full-vocab paths;
-    choice tokens no row sampled get the gradient too."""
+    the choice tokens of relu(log floor - log p)) to the clipped objective, on the chunked and full-vocab paths,
+    with p from the detached final hidden states (the output head alone moves); choice tokens no row sampled get
+    the gradient too."""
     worker = actor(ppo_epochs=1, ppo_micro_batch_size=3, **kw)
     data = off_policy_batch(worker, seed=7, grpo=False)
     temperature, coef = 0.7, 2.0
@@ -186,8 +187,9 @@ def test_name_floor_is_a_hinge_on_each_names_log_prob_from_the_full_softmax(kw):
     data.batch["floor_weights"] = at.float() * coef
     model = copy.deepcopy(before)
     model.zero_grad(set_to_none=True)
-    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                   position_ids=b["position_ids"]).logits[:, PROMPT - 1:-1].float() / temperature
+    hidden = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"],
+                   output_hidden_states=True).hidden_states[-1][:, PROMPT - 1:-1]  # (batch, resp, hidden)
+    logits = model.lm_head(hidden.detach()).float() / temperature  # the floor reaches the head alone
     hinge = torch.relu(torch.log(torch.tensor(floor)) - torch.log_softmax(logits, -1)[..., ids]).sum(-1)
     (independent_loss(model, data, temperature=temperature, clip=0.2)
      + (hinge * data.batch["floor_weights"])[mask].sum() / mask.sum()).backward()
@@ -215,7 +217,8 @@ def test_name_floor_lifts_a_name_no_episode_sampled():
     ids = [v for v in range(5, 40) if not (data.batch["responses"][at] == v).any()][:4]  # never sampled there
 
     def lowest(worker):
-        lp, _, names = worker._log_prob(data, 1.0, False, torch.tensor(ids))
+        with torch.no_grad():
+            lp, _, names = worker._log_prob(data, 1.0, False, torch.tensor(ids))
         return float(names[at].exp().min())
 
     floor = 0.05
@@ -228,6 +231,8 @@ def test_name_floor_lifts_a_name_no_episode_sampled():
         plain.update_actor(data)
     assert lowest(held) > start + 0.5 * (floor - start)
     assert lowest(plain) == pytest.approx(start, abs=1e-6)
+    moved = {n for n, g in grads_of(held).items() if g.abs().max() > 0}
+    assert moved and all("lm_head" in n or "embed_tokens" in n for n in moved), moved  # the head (tied or not)
 
 
 def test_decision_kl_weight_scales_the_kl_of_the_named_tokens_only():
