@@ -138,8 +138,8 @@ def test_decision_parts_scale_the_advantage_on_the_named_parts_only(tok):
 
 
 def test_name_floor_weights_the_first_token_of_each_named_model_in_the_think(tok):
-    """algorithm.name_floor: floor_weights carry name_floor_coef at the first token of each think_model span (the
-    choice; the route's name only copies it) and 0 elsewhere; the meta's ids are the env's choice tokens."""
+    """algorithm.name_floor: choice_mask is 1 at the first token of each think_model span (the choice; the route's
+    name only copies it) and 0 elsewhere; the trainer's ids are the env's choice tokens."""
     from verl.trainer.config import AlgorithmConfig
     from verl.trainer.ppo_trainer import name_floor_ids, span_starts
 
@@ -160,10 +160,10 @@ def test_name_floor_weights_the_first_token_of_each_named_model_in_the_think(tok
     mask = batch.batch["response_mask"].float()
     batch.batch["values"] = torch.zeros_like(mask)
     metrics = {}
-    weights = PPOTrainer._advantages(trainer, batch, mask, metrics)["floor_weights"][0]
+    weights = PPOTrainer._advantages(trainer, batch, mask, metrics)["choice_mask"][0]
     starts = [i for i, p in enumerate(parts) if p == THINK_MODEL and (i == 0 or parts[i - 1] != THINK_MODEL)]
     assert len(starts) == 2 and sum(p == THINK_MODEL for p in parts) > 2  # multi-token names: only the first counts
-    assert weights.nonzero().flatten().tolist() == starts and set(weights[starts].tolist()) == {3.0}
+    assert weights.nonzero().flatten().tolist() == starts and set(weights[starts].tolist()) == {1.0}
     assert tok.decode([ids[starts[1]]]).strip().startswith("LL") and metrics["actor/name_floor_positions"] == 2
     assert span_starts(torch.tensor([[5, 5, 0, 5, 2, 5]]), 5).tolist() == [[True, False, False, True, False, True]]
     assert trainer.floor_ids == [7, 11] and name_floor_ids(OmegaConf.structured(AlgorithmConfig()), env) == []

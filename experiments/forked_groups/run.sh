@@ -57,7 +57,7 @@ declare -A FLAGS=(
   # nats, and a best model's name still died in 1 of 7 runs, as without it (docs/results/card_start)
   [dw10_klc_lr2_mb16_ent1]="$DW10_KLC actor.lr=2e-4 actor.ppo_mini_batch_size=16 critic.ppo_mini_batch_size=16
     algorithm.decision_entropy_coef=1"
-  # ...mb16 with a floor of 0.02 under each pool name's probability at the think's choice (algorithm.name_floor):
+  # ...mb16 with a floor of 0.02 under each pool name's mean probability at the think's choices (algorithm.name_floor):
   # the hinge reaches a name no episode sampled, so a name cannot die in one update as in seed 3 above
   [dw10_klc_lr2_mb16_floor2]="$DW10_KLC actor.lr=2e-4 actor.ppo_mini_batch_size=16 critic.ppo_mini_batch_size=16
     algorithm.name_floor=0.02"

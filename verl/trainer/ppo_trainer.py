@@ -440,7 +440,8 @@ class PPOTrainer:
             with timer("adv", metrics):
                 batch.batch.update(self._advantages(batch, mask, metrics))
             if self.floor_ids:  # the actor's floor hinge reads the choice tokens and the floor from the meta
-                batch.meta.update(name_ids=self.floor_ids, name_floor=float(cfg.algorithm.name_floor))
+                batch.meta.update(name_ids=self.floor_ids, name_floor=float(cfg.algorithm.name_floor),
+                                  name_floor_coef=float(cfg.algorithm.name_floor_coef))
 
             if self.critic is not None:
                 with timer("update_critic", metrics):
@@ -517,7 +518,7 @@ class PPOTrainer:
         if self.floor_ids:
             parts = part_tensor(batch.non_tensor["token_part"], tuple(mask.shape))
             at = span_starts(parts, list(self.env.part_names).index(alg.name_floor_part) + 1) & mask.bool()
-            out["floor_weights"] = at.float() * float(alg.name_floor_coef)  # (batch, response_len)
+            out["choice_mask"] = at.float()  # (batch, response_len)
             metrics["actor/name_floor_positions"] = float(at.sum()) / len(at)  # per episode
         return out
 

@@ -39,6 +39,19 @@ def sampled_temperature(data: DataProto) -> float:
     return float(t)
 
 
+def name_floor_loss(names: torch.Tensor, at: torch.Tensor, log_floor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """algorithm.name_floor: sum over names of relu(log floor - log of the name's mean probability over the choice
+    positions `at` (batch, len)), and those means (k,); names (batch, len, k) log-probs. A floor on the mean, not at
+    each position: a name may be ~0 where another is right, and dies only when it is ~0 everywhere; its gradient
+    goes to the positions where the name is likeliest. (Per position, 0.02 for 8 names at T 0.7 fought the policy
+    loss at every choice and one run's copies drifted until the format failed: docs/results/card_start.)"""
+    if not at.any():
+        return names.sum() * 0.0, names.new_ones(names.shape[-1])
+    picked = names[at]  # (positions, k)
+    log_mean = torch.logsumexp(picked, dim=0) - math.log(len(picked))  # (k,)
+    return torch.relu(log_floor - log_mean).sum(), log_mean.detach().exp()
+
+
 class ActorWorker(FSDPWorker):
     def __init__(self, config: WorkerConfig, role: str = "actor"):
         if role not in ("actor", "ref"):
@@ -47,10 +60,7 @@ class ActorWorker(FSDPWorker):
 
     def _log_prob(self, mb: DataProto, temperature: float, with_entropy: bool, name_ids: torch.Tensor | None = None):
         """(log p(response token), entropy or None), each (batch, response_len), and with `name_ids` (k,) the
-        log-probs of those tokens at every position, (batch, response_len, k), else None; 0 on padding.
-        The names' log-probs are computed from the detached final hidden states: a loss on them (algorithm.name_floor)
-        moves the output head alone. With the trunk in it, the floor's hinge fought the policy loss there and one
-        run's copies drifted until the format failed (docs/results/card_start)."""
+        log-probs of those tokens at every position, (batch, response_len, k), else None; 0 on padding."""
         cfg = self.config.actor
         if cfg.logprob_chunk_size is None and not cfg.use_remove_padding:
             return self._log_prob_full_vocab(mb, temperature, with_entropy, name_ids)
@@ -61,7 +71,8 @@ class ActorWorker(FSDPWorker):
         kwargs, index, real = self._inputs(mb, keep)
         labels = mb.batch["responses"][:, :keep][real]  # (n,)
         k = 0 if name_ids is None else len(name_ids)
-        names_at = name_ids.to(labels.device).expand(len(labels), k) if k else None  # (n, k)
+        if k:  # column 0 the response token, then the names: (n, 1 + k)
+            labels = torch.cat([labels[:, None], name_ids.to(labels.device).expand(len(labels), k)], dim=1)
         head = self.model.get_output_embeddings()
         text_cfg = self.model.config.get_text_config()
         softcap = getattr(text_cfg, "final_logit_softcapping", None)  # applied to the logits in the chunks
@@ -69,13 +80,11 @@ class ActorWorker(FSDPWorker):
         def head_forward(hidden):  # (batch, seq, hidden) or (1, total, hidden)
             # Under autocast the head's matmul runs in the compute dtype: cast the weight once, not per chunk.
             weight = head.weight if self.autocast_dtype is None else head.weight.to(self.autocast_dtype)
-            h, chunk = hidden.reshape(-1, hidden.shape[-1])[index], cfg.logprob_chunk_size or max(len(labels), 1)
-            lp, ent = chunked_logprobs(h, weight, labels, head.bias, temperature, with_entropy, chunk, softcap)
-            rows = [lp] + ([ent] if with_entropy else [])
-            if k:  # the names' log-probs reach the head alone (the docstring says why)
-                rows += list(chunked_logprobs(h.detach(), weight, names_at, head.bias, temperature, False, chunk,
-                                              softcap)[0].T)
-            return torch.stack(rows)  # (1 [+1] [+k], n)
+            lp, ent = chunked_logprobs(hidden.reshape(-1, hidden.shape[-1])[index], weight, labels, head.bias,
+                                       temperature, with_entropy, cfg.logprob_chunk_size or max(len(labels), 1),
+                                       softcap)
+            rows = list(lp.T) if k else [lp]  # the response token's log-prob, then each name's
+            return torch.stack(rows[:1] + ([ent] if with_entropy else []) + rows[1:])  # (1 [+1] + k, n)
 
         # The head runs inside the model's forward because FSDP2 gathers its (root-level) weight
         # only there; swapped in, it returns per-token log-probs where the logits would be. The
@@ -108,8 +117,7 @@ class ActorWorker(FSDPWorker):
         mb, keep = trim_padding(mb)
         with self._autocast():
             out = self.model(input_ids=mb.batch["input_ids"], attention_mask=mb.batch["attention_mask"],
-                             position_ids=mb.batch["position_ids"], use_cache=False, logits_to_keep=keep + 1,
-                             output_hidden_states=name_ids is not None)
+                             position_ids=mb.batch["position_ids"], use_cache=False, logits_to_keep=keep + 1)
         # Position t's logits predict token t+1: the last keep+1 positions score the kept response.
         logits = out.logits[:, -keep - 1 : -1].float() / temperature  # (batch, keep, vocab)
         real = mb.batch["attention_mask"][:, -keep:]  # (batch, keep)
@@ -117,15 +125,8 @@ class ActorWorker(FSDPWorker):
         entropy = entropy_from_logits(logits) * real if with_entropy else None
         names = None
         if name_ids is not None and len(name_ids):
-            hidden = out.hidden_states[-1][:, -keep - 1 : -1].detach()  # (batch, keep, hidden), after the final norm
-            with self._autocast():
-                head_logits = self.model.get_output_embeddings()(hidden).float()
-            softcap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
-            if softcap:
-                head_logits = torch.tanh(head_logits / softcap) * softcap
-            head_logits = head_logits / temperature
-            names = head_logits[..., name_ids.to(logits.device)] - head_logits.logsumexp(-1, keepdim=True)
-            names = F.pad(names * real[..., None], (0, 0, 0, resp_len - keep))  # (batch, response_len, k)
+            names = (logits[..., name_ids.to(logits.device)] - logits.logsumexp(-1, keepdim=True)) * real[..., None]
+            names = F.pad(names, (0, 0, 0, resp_len - names.shape[1]))  # (batch, response_len, k)
         return pad_response(logp, resp_len), (pad_response(entropy, resp_len) if with_entropy else None), names
 
     @register("dp")
@@ -169,8 +170,8 @@ class ActorWorker(FSDPWorker):
         token_bonus = "entropy_weights" in data.batch  # algorithm.decision_entropy_coef: a bonus on some tokens
         keys += ["entropy_weights"] if token_bonus else []
         keys += ["kl_weights"] if cfg.use_kl_loss and "kl_weights" in data.batch else []  # decision_kl_weight
-        floor_on = "floor_weights" in data.batch  # algorithm.name_floor: the names' probability floor
-        keys += ["floor_weights"] if floor_on else []
+        floor_on = "choice_mask" in data.batch  # algorithm.name_floor: the names' probability floor
+        keys += ["choice_mask"] if floor_on else []
         data = data.select(keys)
         temperature = sampled_temperature(data)
         use_entropy = cfg.entropy_coef != 0 or token_bonus
@@ -196,16 +197,11 @@ class ActorWorker(FSDPWorker):
                                  cfg.loss_agg_mode)
                 loss = loss - bonus
                 m["entropy_bonus"] = bonus.item()
-            if floor_on:  # a hinge on each name's log-prob below the floor, from the full softmax: an unsampled
-                # name gets a gradient too. Aggregated over every policy token, as the policy loss is.
-                at = mask & (mb.batch["floor_weights"] > 0)  # (batch, response_len) the decision positions
-                hinge = torch.relu(log_floor - names).sum(-1)  # (batch, response_len)
-                floor_loss = agg_loss(torch.where(at, hinge * mb.batch["floor_weights"], 0.0), mask,
-                                      cfg.loss_agg_mode)
-                loss = loss + floor_loss
+            if floor_on:
+                floor_loss, mean_p = name_floor_loss(names, mask & mb.batch["choice_mask"].bool(), log_floor)
+                loss = loss + data.meta["name_floor_coef"] * floor_loss
                 m["name_floor_loss"] = floor_loss.item()
-                if at.any():
-                    m["name_floor_min_p"] = names[at].exp().min().item()
+                m["name_floor_min_mean_p"] = mean_p.min().item()
             if cfg.use_kl_loss:
                 ref = torch.where(mask, mb.batch["ref_log_prob"], logp.detach())
                 kl_w = mb.batch.get("kl_weights")
