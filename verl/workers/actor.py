@@ -43,7 +43,7 @@ def name_floor_loss(names: torch.Tensor, at: torch.Tensor, log_floor: float) -> 
     """algorithm.name_floor: sum over names of relu(log floor - log of the name's mean probability over the choice
     positions `at` (batch, len)), and those means (k,); names (batch, len, k) log-probs. A floor on the mean, not at
     each position: a name may be ~0 where another is right, and dies only when it is ~0 everywhere; its gradient
-    goes to the positions where the name is likeliest. (Per position, 0.02 for 8 names at T 0.7 fought the policy
+    goes to the positions where the name is likeliest. (Per position, 0.02 for 6 names at T 0.7 fought the policy
     loss at every choice and one run's copies drifted until the format failed: docs/results/card_start.)"""
     if not at.any():
         return names.sum() * 0.0, names.new_ones(names.shape[-1])
