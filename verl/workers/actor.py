@@ -11,7 +11,6 @@ import math
 import warnings
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verl.algos.logprob import chunked_logprobs
@@ -107,7 +106,7 @@ class ActorWorker(FSDPWorker):
         names = None
         if k:
             names = torch.zeros(*real.shape, k, device=logp.device).index_put((real,), scores[-k:].T)  # (batch, keep, k)
-            names = F.pad(names, (0, 0, 0, resp_len - names.shape[1]))  # (batch, response_len, k)
+            names = pad_response(names, resp_len)  # (batch, response_len, k)
         return logp, entropy, names
 
     def _log_prob_full_vocab(self, mb: DataProto, temperature: float, with_entropy: bool,
@@ -126,7 +125,7 @@ class ActorWorker(FSDPWorker):
         names = None
         if name_ids is not None and len(name_ids):
             names = (logits[..., name_ids.to(logits.device)] - logits.logsumexp(-1, keepdim=True)) * real[..., None]
-            names = F.pad(names, (0, 0, 0, resp_len - names.shape[1]))  # (batch, response_len, k)
+            names = pad_response(names, resp_len)  # (batch, response_len, k)
         return pad_response(logp, resp_len), (pad_response(entropy, resp_len) if with_entropy else None), names
 
     @register("dp")

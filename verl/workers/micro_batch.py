@@ -80,8 +80,8 @@ def trim_padding(mb: DataProto) -> tuple[DataProto, int]:
 
 
 def pad_response(x: torch.Tensor, response_len: int) -> torch.Tensor:
-    """Zero-pad a (batch, kept) tensor on the right back to (batch, response_len)."""
-    return F.pad(x, (0, response_len - x.shape[1]))
+    """Zero-pad a (batch, kept, ...) tensor on the right of dim 1 back to (batch, response_len, ...)."""
+    return F.pad(x, (0, 0) * (x.ndim - 2) + (0, response_len - x.shape[1]))
 
 
 def loss_units(response_mask: torch.Tensor, agg_mode: str) -> int:
