@@ -198,11 +198,29 @@ def test_name_floor_is_a_hinge_on_each_names_mean_probability_over_the_choices(k
     want = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
     without = reference_grads(before, data, temperature=temperature, clip=0.2)
     metrics = worker.update_actor(data)
-    assert metrics["actor/name_floor_loss"] > 0 and metrics["actor/name_floor_min_mean_p"] < floor
+    assert metrics["actor/name_floor_loss"] > 0 and metrics["actor/name_floor_mean_p_min"] < floor
     got = grads_of(worker)
     assert any(not torch.allclose(want[n], without[n], atol=1e-6) for n in want)  # the floor moves the gradient
     for name in want:
         torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+def test_name_floor_mean_p_min_reports_only_micro_batches_with_choices():
+    """The logged minimum is the lowest micro-batch's mean probability, not weighted by token share, and a
+    micro-batch without choice positions (no mean) leaves it alone."""
+    worker = actor(ppo_epochs=1, ppo_micro_batch_size=4)  # one mini-batch of two micro-batches
+    data = off_policy_batch(worker, seed=7, grpo=False)
+    mask = data.batch["response_mask"].bool()
+    at = torch.zeros_like(mask)
+    at[:4, 2] = True  # choices in the first micro-batch only
+    at &= mask
+    ids = [4, 9, 17]
+    with torch.no_grad():
+        _, _, names = worker._log_prob(data, 1.0, False, torch.tensor(ids))
+    want = float(names[:4][at[:4]].exp().mean(0).min())
+    data.meta.update(temperature=1.0, name_ids=ids, name_floor=0.5, name_floor_coef=1.0)
+    data.batch["choice_mask"] = at.float()
+    assert worker.update_actor(data)["actor/name_floor_mean_p_min"] == pytest.approx(want, rel=1e-5)
 
 
 def test_name_floor_lifts_a_name_no_episode_sampled():

@@ -197,10 +197,12 @@ class ActorWorker(FSDPWorker):
                 loss = loss - bonus
                 m["entropy_bonus"] = bonus.item()
             if floor_on:
-                floor_loss, mean_p = name_floor_loss(names, mask & mb.batch["choice_mask"].bool(), log_floor)
+                at = mask & mb.batch["choice_mask"].bool()  # (batch, len)
+                floor_loss, mean_p = name_floor_loss(names, at, log_floor)
                 loss = loss + data.meta["name_floor_coef"] * floor_loss
                 m["name_floor_loss"] = floor_loss.item()
-                m["name_floor_min_mean_p"] = mean_p.min().item()
+                if at.any():  # the update's lowest; a micro-batch without choices has no mean to report
+                    m["name_floor_mean_p_min"] = mean_p.min().item()
             if cfg.use_kl_loss:
                 ref = torch.where(mask, mb.batch["ref_log_prob"], logp.detach())
                 kl_w = mb.batch.get("kl_weights")

@@ -222,11 +222,14 @@ class FSDPWorker(Worker):
                     weight = loss_units(mask, cfg.loss_agg_mode) / max(total, 1) * self.world_size
                     (loss * weight).backward()
                     for k, v in m.items():
-                        stats[k] += v * weight  # summed over micro-batches, averaged over ranks
+                        if k.endswith("_min"):  # a minimum over the micro-batches that report one
+                            stats[k] = min(stats.get(k, v), v)
+                        else:
+                            stats[k] += v * weight  # summed over micro-batches, averaged over ranks
                 metrics[f"{prefix}/grad_norm"].append(self._optimizer_step())
                 for k, v in stats.items():
                     metrics[f"{prefix}/{k}"].append(v)
-        out = {k: float(np.mean(v)) for k, v in metrics.items()}
+        out = {k: float(np.min(v) if k.endswith("_min") else np.mean(v)) for k, v in metrics.items()}
         out[f"{prefix}/lr"] = self.optimizer.param_groups[0]["lr"]  # the rate this update used
         self.scheduler.step()  # once per training step, so warmup_steps counts steps
         return out
