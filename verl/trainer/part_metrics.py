@@ -20,6 +20,11 @@ def part_tensor(parts: Sequence[Sequence[int]], shape: tuple[int, int]) -> torch
     return out
 
 
+def part_id(names: Sequence[str], name: str) -> int:
+    """The id `part_tensor` holds for the part `name` of the env's part_names (0: a token of none of them)."""
+    return list(names).index(name) + 1
+
+
 def part_metrics(parts: torch.Tensor, names: Sequence[str], mask: torch.Tensor, advantages: torch.Tensor,
                  old_log_probs: torch.Tensor, values: torch.Tensor | None = None,
                  scores: torch.Tensor | None = None) -> dict[str, float]:

@@ -36,7 +36,7 @@ from verl.trainer.config import save_run_config, schedule_length_matters
 from verl.trainer.curves import decoding_labels, plot_curves
 from verl.trainer.dataset import PromptDataset, eval_batches, train_batch_indices
 from verl.trainer.env_interface import Env, RolloutResult, pick_episodes
-from verl.trainer.part_metrics import object_column, part_metrics, part_tensor
+from verl.trainer.part_metrics import object_column, part_id, part_metrics, part_tensor
 from verl.trainer.rollout_schedule import make_schedule
 from verl.trainer.sft_data import SFTSet, collate
 from verl.trainer.tracking import Tracker, _plain, on_terminal, read_jsonl, timer, trim_jsonl
@@ -517,7 +517,7 @@ class PPOTrainer:
                 out["kl_weights"] = torch.where(decision, float(alg.decision_kl_weight), 1.0)
         if self.floor_ids:
             parts = part_tensor(batch.non_tensor["token_part"], tuple(mask.shape))
-            at = span_starts(parts, self._part_id(alg.name_floor_part)) & mask.bool()
+            at = span_starts(parts, part_id(self.env.part_names, alg.name_floor_part)) & mask.bool()
             out["choice_mask"] = at.float()  # (batch, response_len)
             metrics["actor/name_floor_positions"] = float(at.sum()) / len(at)  # per episode
         return out
@@ -525,11 +525,8 @@ class PPOTrainer:
     def _decision_tokens(self, batch: DataProto, shape: tuple[int, int]) -> torch.Tensor:
         """(batch, response_len) bool: the tokens of algorithm.decision_parts."""
         parts = part_tensor(batch.non_tensor["token_part"], shape)
-        return torch.isin(parts, torch.tensor([self._part_id(p) for p in self.cfg.algorithm.decision_parts]))
-
-    def _part_id(self, name: str) -> int:
-        """The id `part_tensor` holds for the env's token part `name` (0: a policy token of none of them)."""
-        return list(self.env.part_names).index(name) + 1
+        ids = [part_id(self.env.part_names, p) for p in self.cfg.algorithm.decision_parts]
+        return torch.isin(parts, torch.tensor(ids))
 
     def _episode_metrics(self, batch: DataProto, env_metrics: dict[str, list], mask: torch.Tensor,
                          step_s: float) -> dict[str, float]:
