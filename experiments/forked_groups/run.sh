@@ -61,6 +61,9 @@ declare -A FLAGS=(
   # the hinge reaches a name no episode sampled, so a name cannot die in one update as in seed 3 above
   [dw10_klc_lr2_mb16_floor2]="$DW10_KLC actor.lr=2e-4 actor.ppo_mini_batch_size=16 critic.ppo_mini_batch_size=16
     algorithm.name_floor=0.02"
+  # ...half that floor (0.01): the 0.02 floor's runs kept every name but sent fewer hops to the best model at ~250 steps
+  [dw10_klc_lr2_mb16_floor1]="$DW10_KLC actor.lr=2e-4 actor.ppo_mini_batch_size=16 critic.ppo_mini_batch_size=16
+    algorithm.name_floor=0.01"
   # 8 prompts x 4 forked episodes: the plain arm's 32 episodes a step; forks at the first or the second route
   [forked]="actor.use_kl_loss=false env.branch_turns=[0,1] rollout.n=4 data.train_batch_size=8"
   # the same with the model names' advantage x10 (the names are ~7% of the policy's tokens)
