@@ -331,6 +331,9 @@ def test_dispatch_split_and_collect():
     with pytest.raises(ValueError, match="7 rows"):
         split_args("dp", 2, (make_batch(n=7),), {})
     assert collect("dp", [{"loss": 1.0}, {"loss": 3.0}]) == {"loss": 2.0}
+    # a *_min metric is the lowest rank's; one a rank did not report (no data there) comes from the others
+    assert collect("dp", [{"loss": 1.0}, {"loss": 3.0, "p_min": 0.2}, {"loss": 2.0, "p_min": 0.1}]) == \
+        {"loss": 2.0, "p_min": 0.1}
     merged = collect("dp", [p[0][0] for p in parts])
     assert torch.equal(merged.batch["input_ids"], data.batch["input_ids"])
 

@@ -6,7 +6,8 @@ was registered to decide what each rank receives and how the results come back:
 
   "dp"    every DataProto argument is split into world_size equal consecutive parts,
           rank r gets part r; DataProto results are concatenated in rank order and
-          metric dicts are averaged over ranks.
+          metric dicts are averaged over ranks (a `*_min` metric takes the minimum; a metric
+          some ranks lack, having had nothing to measure, comes from the ranks that have it).
   "all"   every rank gets the same arguments (collective methods: init, checkpoints);
           the group returns rank 0's result.
   "rank0" only rank 0 runs the method (it must not use collectives).
@@ -75,7 +76,9 @@ def collect(mode: str, results: list) -> Any:
     if isinstance(first, DataProto):
         return DataProto.concat(results)
     if isinstance(first, dict):
-        return {k: float(np.mean([r[k] for r in results])) for k in first}
+        keys = dict.fromkeys(k for r in results for k in r)  # every rank's, in order
+        return {k: float((np.min if k.endswith("_min") else np.mean)([r[k] for r in results if k in r]))
+                for k in keys}
     return results
 
 

@@ -204,7 +204,8 @@ class FSDPWorker(Worker):
         """The update loop the actor and the critic share (their losses differ, the loop does not):
         train_cfg.ppo_epochs passes over mini-batches, one optimizer step per mini-batch, gradient
         accumulation over micro-batches. `micro_loss(mb, mask)` gives one micro-batch's (loss, metrics);
-        mb is on the device, mask = its response_mask as bool (batch, response_len)."""
+        mb is on the device, mask = its response_mask as bool (batch, response_len). Metrics are token-weighted
+        means, except `*_min` ones: the minimum over the micro-batches that report them."""
         cfg = self.train_cfg
         metrics = defaultdict(list)
         self.model.train()
