@@ -66,6 +66,11 @@ def split_args(mode: str, world_size: int, args: tuple, kwargs: dict) -> list[tu
     return [(tuple(p[r] for p in arg_parts), {k: p[r] for k, p in kwarg_parts.items()}) for r in range(world_size)]
 
 
+def reduce_metric(key: str, values) -> float:
+    """One metric over ranks or steps: the mean, or for a `*_min` metric the minimum."""
+    return float(np.min(values) if key.endswith("_min") else np.mean(values))
+
+
 def collect(mode: str, results: list) -> Any:
     """Merge per-rank results: see the module docstring."""
     if mode != "dp":
@@ -77,8 +82,7 @@ def collect(mode: str, results: list) -> Any:
         return DataProto.concat(results)
     if isinstance(first, dict):
         keys = dict.fromkeys(k for r in results for k in r)  # every rank's, in order
-        return {k: float((np.min if k.endswith("_min") else np.mean)([r[k] for r in results if k in r]))
-                for k in keys}
+        return {k: reduce_metric(k, [r[k] for r in results if k in r]) for k in keys}
     return results
 
 

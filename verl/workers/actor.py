@@ -38,14 +38,15 @@ def sampled_temperature(data: DataProto) -> float:
     return float(t)
 
 
-def name_floor_loss(names: torch.Tensor, at: torch.Tensor, log_floor: float) -> tuple[torch.Tensor, torch.Tensor]:
+def name_floor_loss(names: torch.Tensor, at: torch.Tensor,
+                    log_floor: float) -> tuple[torch.Tensor, torch.Tensor | None]:
     """algorithm.name_floor: sum over names of relu(log floor - log of the name's mean probability over the choice
-    positions `at` (batch, len)), and those means (k,); names (batch, len, k) log-probs. A floor on the mean, not at
+    positions `at` (batch, len)), and those means (k,), None without choices; names (batch, len, k) log-probs. A floor on the mean, not at
     each position: a name may be ~0 where another is right, and dies only when it is ~0 everywhere; its gradient
     goes to the positions where the name is likeliest. (Per position, 0.02 for 6 names at T 0.7 fought the policy
     loss at every choice and one run's copies drifted until the format failed: docs/results/card_start.)"""
     if not at.any():
-        return names.sum() * 0.0, names.new_ones(names.shape[-1])
+        return names.sum() * 0.0, None
     picked = names[at]  # (positions, k)
     log_mean = torch.logsumexp(picked, dim=0) - math.log(len(picked))  # (k,)
     return torch.relu(log_floor - log_mean).sum(), log_mean.detach().exp()
@@ -197,11 +198,10 @@ class ActorWorker(FSDPWorker):
                 loss = loss - bonus
                 m["entropy_bonus"] = bonus.item()
             if floor_on:
-                at = mask & mb.batch["choice_mask"].bool()  # (batch, len)
-                floor_loss, mean_p = name_floor_loss(names, at, log_floor)
+                floor_loss, mean_p = name_floor_loss(names, mask & mb.batch["choice_mask"].bool(), log_floor)
                 loss = loss + data.meta["name_floor_coef"] * floor_loss
                 m["name_floor_loss"] = floor_loss.item()
-                if at.any():  # the update's lowest; a micro-batch without choices has no mean to report
+                if mean_p is not None:  # the update's lowest; a micro-batch without choices has no mean to report
                     m["name_floor_mean_p_min"] = mean_p.min().item()
             if cfg.use_kl_loss:
                 ref = torch.where(mask, mb.batch["ref_log_prob"], logp.detach())

@@ -18,7 +18,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
 from verl.protocol import DataProto
-from verl.single_controller.base import Worker, register
+from verl.single_controller.base import Worker, reduce_metric, register
 from verl.workers import fsdp
 from verl.workers.config import WorkerConfig
 from verl.workers.lora import apply_lora, as_lora_config, merge_state_dict, trainable_parameters
@@ -230,7 +230,7 @@ class FSDPWorker(Worker):
                 metrics[f"{prefix}/grad_norm"].append(self._optimizer_step())
                 for k, v in stats.items():
                     metrics[f"{prefix}/{k}"].append(v)
-        out = {k: float(np.min(v) if k.endswith("_min") else np.mean(v)) for k, v in metrics.items()}
+        out = {k: reduce_metric(k, v) for k, v in metrics.items()}
         out[f"{prefix}/lr"] = self.optimizer.param_groups[0]["lr"]  # the rate this update used
         self.scheduler.step()  # once per training step, so warmup_steps counts steps
         return out
