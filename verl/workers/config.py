@@ -50,6 +50,7 @@ class ActorConfig:
     max_tokens_per_micro_batch: Optional[int] = None  # dynamic micro-batches by a token budget instead of ppo_micro_batch_size (the critic uses the same budget)
     log_prob_max_tokens_per_micro_batch: Optional[int] = None  # token budget of the no-grad passes (old/ref log-probs, values); null = the training budget. No autograd state there: it can be larger
     use_remove_padding: bool = False  # pack each micro-batch's rows into one row without padding (flash varlen attention on CUDA, per-sequence sdpa on CPU); actor, ref and critic
+    share_prompt_prefix: Any = "auto"  # run the prompt prefix a micro-batch's rows share (an instruction and pool listing) once, batch 1, and each row's rest against its KV cache: the same log-probs, values and gradients for a fraction of the prompt's compute (tools/bench/bench_shared_prefix.py); actor, ref and critic. Needs one process, padded rows, full-attention layers, chunked log-probs, no gradient_checkpointing or compile. auto: on where those hold | true: on (an error where they do not) | false
     logprob_chunk_size: Optional[int] = 2048  # response positions per fp32 logits chunk (log-probs never materialise (batch, len, vocab) fp32); null = full logits (the reference path)
     clip_ratio_low: float = 0.2  # PPO epsilon below 1 (DAPO decouples low and high)
     clip_ratio_high: float = 0.2  # PPO epsilon above 1 (DAPO's clip-higher: 0.28)

@@ -8,6 +8,7 @@ mini-batch loss (see micro_batch.loss_units).
 """
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from collections import defaultdict
@@ -23,7 +24,7 @@ from verl.workers import fsdp
 from verl.workers.config import WorkerConfig
 from verl.workers.lora import apply_lora, as_lora_config, merge_state_dict, trainable_parameters
 from verl.workers.micro_batch import (SEQ_KEYS, loss_units, make_micro_batches, pack_rows, response_logit_index,
-                                      split_rows)
+                                      split_rows, split_shared_prefix)
 from verl.workers.model_loader import PACKED_ATTENTION, compile_decoder_layers, load_model, to_dtype
 
 
@@ -116,6 +117,7 @@ class FSDPWorker(Worker):
             if compute_dtype != load_dtype:  # one GPU: mixed precision by autocast instead of FSDP's policy
                 self.autocast_dtype = compute_dtype
         self.model = model
+        self.share_prefix = self._share_prefix(model)
         if self.trainable:
             t = self.train_cfg
             params = list(trainable_parameters(model))
@@ -155,6 +157,13 @@ class FSDPWorker(Worker):
         to (batch * seq, ...) or (total, ...), score the n real response tokens at `index` (n,);
         `real` (batch, response_len) marks their places."""
         ids, attn, pos = (mb.batch[k] for k in SEQ_KEYS)
+        if self.share_prefix:
+            split = split_shared_prefix(ids, attn, pos, response_len)
+            if split is not None:
+                kwargs = dict(input_ids=split.input_ids, attention_mask=split.attention_mask,
+                              position_ids=split.position_ids)
+                kwargs[self._cache_key] = self._prefix_cache(split.prefix_ids, split.prefix_position_ids, len(ids))
+                return kwargs, split.index, split.real
         packed = self.config.actor.use_remove_padding
         index, real = response_logit_index(attn, response_len, packed)
         if not packed:
@@ -168,6 +177,52 @@ class FSDPWorker(Worker):
                       cu_seq_lens_q=p.cu_seqlens, cu_seq_lens_k=p.cu_seqlens, max_length_q=p.max_len,
                       max_length_k=p.max_len)
         return kwargs, index, real
+
+    def _share_prefix(self, model) -> bool:
+        """Whether micro-batches run their shared prompt prefix once (actor.share_prompt_prefix: auto | true | false)."""
+        cfg, want = self.config, self.config.actor.share_prompt_prefix
+        if want not in ("auto", True, False):
+            raise ValueError(f"actor.share_prompt_prefix must be auto | true | false, got {want!r}")
+        types = getattr(model.config.get_text_config(), "layer_types", None) or ["full_attention"]
+        clash = [k for k, on in (
+            ("actor.use_remove_padding", cfg.actor.use_remove_padding),
+            ("model.gradient_checkpointing", cfg.gradient_checkpointing),  # the recompute would replay the cache writes
+            ("model.compile", cfg.compile),
+            ("actor.logprob_chunk_size=null", cfg.actor.logprob_chunk_size is None),  # that path has its own forward
+            # measured: FSDP2 frees the prefix forward's gathered weights before the one backward
+            (f"{self.world_size} processes", self.world_size > 1),
+            # a sliding window would drop prefix columns the rows attend to
+            (f"{model.config.model_type}'s {sorted(set(types) - {'full_attention'})} layers",
+             any(t != "full_attention" for t in types))) if on]
+        if want is True and clash:
+            raise ValueError(f"actor.share_prompt_prefix=true does not combine with {', '.join(clash)}")
+        return want is True or (want == "auto" and not clash)
+
+    def _prefix_cache(self, prefix_ids: torch.Tensor, position_ids: torch.Tensor, rows: int):
+        """The shared prefix's KV cache, computed once (in the caller's grad mode) and broadcast to `rows` rows;
+        autograd sums each row's gradient into the one prefix forward, so the split is exact."""
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        cache = DynamicCache(config=self.model.config)
+        extra = {} if self.role == "critic" else {"logits_to_keep": 1}  # the prefix's logits are not needed
+        with self._autocast():
+            # no use_cache flag: a given cache is written either way (and ValueHeadModel sets the flag itself)
+            self.model(input_ids=prefix_ids, attention_mask=torch.ones_like(prefix_ids), position_ids=position_ids,
+                       **{self._cache_key: cache}, **extra)
+        for layer in cache.layers:
+            if type(layer) is not DynamicLayer:  # a sliding window would drop prefix columns the rows attend to
+                raise ValueError(f"actor.share_prompt_prefix needs full-attention layers; "
+                                 f"{self.model.config.model_type}'s cache has {type(layer).__name__}")
+            layer.keys = layer.keys.expand(rows, -1, -1, -1)
+            layer.values = layer.values.expand(rows, -1, -1, -1)
+        return cache
+
+    @property
+    def _cache_key(self) -> str:
+        """The KV cache's keyword: transformers 5.2x renamed past_key_values to cache."""
+        backbone = getattr(self.model, "model", self.model)
+        return "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
 
     def _mini_batch_rows(self) -> int:
         size = self.train_cfg.ppo_mini_batch_size

@@ -84,6 +84,54 @@ def pad_response(x: torch.Tensor, response_len: int) -> torch.Tensor:
     return F.pad(x, (0, 0) * (x.ndim - 2) + (0, response_len - x.shape[1]))
 
 
+@dataclass
+class SharedPrefix:
+    """A micro-batch as the prompt prefix its rows share plus each row's remainder (`split_shared_prefix`)."""
+
+    prefix_ids: torch.Tensor  # (1, P)
+    prefix_position_ids: torch.Tensor  # (1, P)
+    input_ids: torch.Tensor  # (batch, S): each row's tokens after the prefix, left-aligned, right-padded
+    attention_mask: torch.Tensor  # (batch, P + S): the prefix (all ones), then the remainder's real tokens
+    position_ids: torch.Tensor  # (batch, S)
+    index: torch.Tensor  # (n,): where the output scoring each real response token sits in the (batch * S) outputs
+    real: torch.Tensor  # (batch, response_len): the real response tokens
+
+
+def split_shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                        response_len: int) -> SharedPrefix | None:
+    """The longest run of leading prompt tokens (and positions) every row shares, and each row's rest; None when
+    the rows share nothing. Each row keeps at least its last prompt token, whose output scores its first response
+    token, so every scoring output comes from the remainder."""
+    batch, seq = input_ids.shape
+    prompt_cols = seq - response_len
+    lengths = attention_mask[:, :prompt_cols].sum(-1)  # (batch,) real prompt tokens (left-padded)
+    starts = prompt_cols - lengths  # (batch,)
+    span = int(lengths.min()) - 1
+    if span < 1:
+        return None
+    cols = starts[:, None] + torch.arange(span, device=input_ids.device)  # (batch, span)
+    toks, pos = input_ids.gather(1, cols), position_ids.gather(1, cols)
+    same = ((toks == toks[:1]) & (pos == pos[:1])).all(0)  # (span,)
+    shared = int(same.long().cumprod(0).sum())
+    if shared == 0:
+        return None
+    offset = starts + shared  # (batch,): each row's first remainder column
+    width = seq - int(offset.min())
+    src = offset[:, None] + torch.arange(width, device=input_ids.device)  # (batch, width) source columns
+    inside = src < seq
+    src = src.clamp(max=seq - 1)
+    rest_mask = attention_mask.gather(1, src) * inside
+    real = attention_mask[:, prompt_cols:].bool()  # (batch, response_len)
+    # The response token at column c is scored by the output at c - 1, which sits at c - 1 - offset in its row.
+    score = torch.arange(prompt_cols - 1, seq - 1, device=input_ids.device)[None] - offset[:, None]
+    rows = torch.arange(batch, device=input_ids.device)[:, None]
+    return SharedPrefix(
+        prefix_ids=toks[:1, :shared], prefix_position_ids=pos[:1, :shared],
+        input_ids=input_ids.gather(1, src) * inside,
+        attention_mask=torch.cat([rest_mask.new_ones(batch, shared), rest_mask], dim=1),
+        position_ids=position_ids.gather(1, src), index=(rows * width + score)[real], real=real)
+
+
 def loss_units(response_mask: torch.Tensor, agg_mode: str) -> int:
     """What the loss aggregation averages over: policy tokens (token-mean), sequences with
     policy tokens (seq-mean-token-*), or all sequences (seq-mean-token-sum-norm).
