@@ -55,6 +55,33 @@ def test_greedy_matches_naive_loop_with_left_padding(tok, kind):
         assert o.logprobs == pytest.approx(ref_lps, abs=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_a_shared_prompt_prefix_runs_once_and_decodes_as_the_naive_loop(tok, kind):
+    """Prompts that open on the same instruction (as every router prompt does): the prefix is run once, batch 1,
+    and broadcast; each row must still decode as the no-cache loop on its own whole prompt."""
+    model = tiny_model(len(tok), kind=kind)
+    head = tok.encode("Models: Qwen $0.30, LLaMA $0.18. Question:", add_special_tokens=False)
+    tails = [" a", " The quick brown fox", " which river is the longest in Europe?"]
+    prompts = [head + tok.encode(t, add_special_tokens=False) for t in tails] + [head[:3]]
+    roll = HFRollout(model, tok, eos_token_ids=[])
+    assert roll._shared_prefix(prompts) == 2  # the short row keeps one token of its own
+    assert roll._shared_prefix(prompts[:3]) >= len(head)
+    assert roll._shared_prefix(prompts[:1]) == 0
+    for batch in (prompts, prompts[:3]):
+        outs = roll.generate(batch, SamplingParams(greedy=True, max_new_tokens=10, return_logprobs=True))
+        for p, o in zip(batch, outs):
+            ref, ref_lps = naive_greedy(model, p, 10)
+            assert o.token_ids == ref
+            assert o.logprobs == pytest.approx(ref_lps, abs=1e-4)
+
+
+def test_a_sliding_window_model_shares_no_prefix(tok):
+    model = tiny_model(len(tok), kind="qwen2")
+    model.config.layer_types = ["sliding_attention"] * model.config.num_hidden_layers
+    prompts = prompts_of(tok, ["The quick brown fox", "The quick brown cat"])
+    assert HFRollout(model, tok, eos_token_ids=[])._shared_prefix(prompts) == 0
+
+
 def test_batch_equals_one_by_one_with_rows_finishing_at_different_steps(tok):
     model = tiny_model(len(tok), seed=1)
     prompts = prompts_of(tok)

@@ -25,7 +25,8 @@ from verl.workers.config import WorkerConfig
 from verl.workers.lora import apply_lora, as_lora_config, merge_state_dict, trainable_parameters
 from verl.workers.micro_batch import (SEQ_KEYS, loss_units, make_micro_batches, pack_rows, response_logit_index,
                                       split_rows, split_shared_prefix)
-from verl.workers.model_loader import PACKED_ATTENTION, compile_decoder_layers, load_model, to_dtype
+from verl.workers.model_loader import (PACKED_ATTENTION, attention_layer_types, compile_decoder_layers, load_model,
+                                      to_dtype)
 
 
 def lr_schedule(actor, total_steps: int | None):
@@ -183,7 +184,7 @@ class FSDPWorker(Worker):
         cfg, want = self.config, self.config.actor.share_prompt_prefix
         if want not in ("auto", True, False):
             raise ValueError(f"actor.share_prompt_prefix must be auto | true | false, got {want!r}")
-        types = getattr(model.config.get_text_config(), "layer_types", None) or ["full_attention"]
+        other = sorted(attention_layer_types(model.config) - {"full_attention"})
         clash = [k for k, on in (
             ("actor.use_remove_padding", cfg.actor.use_remove_padding),
             ("model.gradient_checkpointing", cfg.gradient_checkpointing),  # the recompute would replay the cache writes
@@ -192,8 +193,7 @@ class FSDPWorker(Worker):
             # measured: FSDP2 frees the prefix forward's gathered weights before the one backward
             (f"{self.world_size} processes", self.world_size > 1),
             # a sliding window would drop prefix columns the rows attend to
-            (f"{model.config.model_type}'s {sorted(set(types) - {'full_attention'})} layers",
-             any(t != "full_attention" for t in types))) if on]
+            (f"{model.config.model_type}'s {other} layers", bool(other))) if on]
         if want is True and clash:
             raise ValueError(f"actor.share_prompt_prefix=true does not combine with {', '.join(clash)}")
         return want is True or (want == "auto" and not clash)

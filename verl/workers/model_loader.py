@@ -132,6 +132,12 @@ AttentionInterface.register(PACKED_ATTENTION, packed_attention_forward)
 AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)  # padded batches get sdpa's masks
 
 
+def attention_layer_types(config) -> set[str]:
+    """The kinds of attention layer a model has ("full_attention", "sliding_attention", ...); configs that do not
+    say (Llama, OPT) have full attention everywhere."""
+    return set(getattr(config.get_text_config(), "layer_types", None) or ["full_attention"])
+
+
 def parse_model_spec(spec):
     """A config mapping from inline JSON or a *.json file; any other spec (a mapping, an HF directory or
     hub id, a GGUF file) comes back as it is. A JSON spec that cannot be read is an error naming it."""

@@ -1,7 +1,8 @@
 """Rollout with plain transformers: our own batched, KV-cached decode loop (CPU or GPU).
 
 Prompts are left-padded so every row's next token sits in the last column; the prompt is
-run once (prefill) into a DynamicCache and then one token per step is fed. Rows that have
+run once (prefill) into a DynamicCache and then one token per step is fed. The leading tokens
+all prompts share (instruction and pool listing) are run once and broadcast to every row. Rows that have
 finished keep receiving a masked pad token until the whole chunk is done.
 
 Stop strings: a row stops at the first step where its generated text contains a stop
@@ -12,10 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 from typing import Sequence
 
 import torch
 from transformers import DynamicCache
+
+from verl.workers.model_loader import attention_layer_types
 
 from .base import GenOutput, SamplingParams, clean_names, full_tensor, validate_prompts
 
@@ -209,6 +213,13 @@ class HFRollout:
 
     # ---- the decode loop -----------------------------------------------------------------
 
+    def _shared_prefix(self, prompts: list[list[int]]) -> int:
+        """How many leading tokens every prompt shares (the instruction and listing), leaving each row at least one
+        of its own; 0 for one row or a model with other than full-attention layers (a window would crop them)."""
+        if len(prompts) < 2 or attention_layer_types(self.model.config) != {"full_attention"}:
+            return 0
+        return min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)
+
     def _forward(self, input_ids, attention_mask, position_ids, cache, **kw) -> torch.Tensor:
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          use_cache=True, **{self._cache_kw: cache}, **kw)
@@ -260,18 +271,28 @@ class HFRollout:
     @torch.inference_mode()
     def _generate_chunk(self, prompts: list[list[int]], sampling: SamplingParams,
                         generator: torch.Generator | None, stopper: StopChecker | None) -> list[GenOutput]:
-        batch, width = len(prompts), max(len(p) for p in prompts)
-        dev = self.device
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)  # (batch, prompt_len)
-        attention_mask = torch.zeros((batch, width), dtype=torch.long)        # (batch, prompt_len)
+        batch, dev = len(prompts), self.device
+        shared = self._shared_prefix(prompts)
+        width = max(len(p) for p in prompts) - shared
+        # The shared prefix's columns, then each row's rest left-padded: (batch, shared + width)
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)  # (batch, width): the rests
+        attention_mask = torch.zeros((batch, shared + width), dtype=torch.long)
+        attention_mask[:, :shared] = 1
         for row, p in enumerate(prompts):
-            input_ids[row, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            attention_mask[row, width - len(p):] = 1
+            input_ids[row, width - len(p) + shared:] = torch.tensor(p[shared:], dtype=torch.long)
+            attention_mask[row, shared + width - len(p) + shared:] = 1
         input_ids, attention_mask = input_ids.to(dev), attention_mask.to(dev)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)         # (batch, prompt_len)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]  # (batch, width)
         next_pos = attention_mask.sum(-1, keepdim=True)                      # (batch, 1)
 
         cache = DynamicCache(config=self.model.config)
+        if shared:  # once, batch 1, then broadcast: the rows' rests attend to one copy of its keys and values
+            prefix = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=dev)  # (1, shared)
+            self._forward(prefix, torch.ones_like(prefix), torch.arange(shared, device=dev)[None], cache,
+                          logits_to_keep=1)
+            for layer in cache.layers:
+                layer.keys = layer.keys.expand(batch, -1, -1, -1)
+                layer.values = layer.values.expand(batch, -1, -1, -1)
         logits = self._forward(input_ids, attention_mask, position_ids, cache, logits_to_keep=1)
 
         tokens: list[list[int]] = [[] for _ in range(batch)]
