@@ -67,6 +67,9 @@ def test_a_shared_prompt_prefix_runs_once_and_decodes_as_the_naive_loop(tok, kin
     assert roll._shared_prefix(prompts) == 2  # the short row keeps one token of its own
     assert roll._shared_prefix(prompts[:3]) >= len(head)
     assert roll._shared_prefix(prompts[:1]) == 0
+    roll.device = torch.device("cuda")  # off the CPU it stays off (the small policy is launch-bound there)
+    assert roll._shared_prefix(prompts) == 0
+    roll.device = torch.device("cpu")
     for batch in (prompts, prompts[:3]):
         outs = roll.generate(batch, SamplingParams(greedy=True, max_new_tokens=10, return_logprobs=True))
         for p, o in zip(batch, outs):

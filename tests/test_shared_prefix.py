@@ -122,6 +122,8 @@ def test_auto_turns_it_off_where_it_does_not_apply_and_true_says_why(clash):
     on = ActorWorker(worker_config(model=LLAMA, device="cpu"))
     on.init_model()
     assert on.share_prefix
+    on.device = torch.device("cuda")  # auto stays off on a GPU (the small policy is launch-bound there)
+    assert not on._share_prefix(on.model)
     auto = ActorWorker(worker_config(model=LLAMA, device="cpu", **clash))
     auto.init_model()
     assert not auto.share_prefix

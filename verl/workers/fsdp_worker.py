@@ -180,7 +180,7 @@ class FSDPWorker(Worker):
         return kwargs, index, real
 
     def _share_prefix(self, model) -> bool:
-        """Whether micro-batches run their shared prompt prefix once (actor.share_prompt_prefix: auto | true | false)."""
+        """Whether micro-batches run their shared prompt prefix once (actor.share_prompt_prefix)."""
         cfg, want = self.config, self.config.actor.share_prompt_prefix
         if want not in ("auto", True, False):
             raise ValueError(f"actor.share_prompt_prefix must be auto | true | false, got {want!r}")
@@ -196,7 +196,8 @@ class FSDPWorker(Worker):
             (f"{model.config.model_type}'s {other} layers", bool(other))) if on]
         if want is True and clash:
             raise ValueError(f"actor.share_prompt_prefix=true does not combine with {', '.join(clash)}")
-        return want is True or (want == "auto" and not clash)
+        # auto stays off on a GPU: there the embedded policy is launch-bound and the step got slower (docs/training.md)
+        return want is True or (want == "auto" and not clash and self.device.type == "cpu")
 
     def _prefix_cache(self, prefix_ids: torch.Tensor, position_ids: torch.Tensor, rows: int):
         """The shared prefix's KV cache, computed once (in the caller's grad mode) and broadcast to `rows` rows;

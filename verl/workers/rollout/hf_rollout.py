@@ -215,8 +215,10 @@ class HFRollout:
 
     def _shared_prefix(self, prompts: list[list[int]]) -> int:
         """How many leading tokens every prompt shares (the instruction and listing), leaving each row at least one
-        of its own; 0 for one row or a model with other than full-attention layers (a window would crop them)."""
-        if len(prompts) < 2 or attention_layer_types(self.model.config) != {"full_attention"}:
+        of its own; 0 for one row, a model with other than full-attention layers (a window would crop them) or off the
+        CPU (on a GPU the extra forward of a small policy cost more than it saved: docs/training.md)."""
+        full = attention_layer_types(self.model.config) == {"full_attention"}
+        if len(prompts) < 2 or self.device.type != "cpu" or not full:
             return 0
         return min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)
 
