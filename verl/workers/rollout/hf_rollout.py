@@ -1,9 +1,9 @@
 """Rollout with plain transformers: our own batched, KV-cached decode loop (CPU or GPU).
 
 Prompts are left-padded so every row's next token sits in the last column; the prompt is
-run once (prefill) into a DynamicCache and then one token per step is fed. The leading tokens
-all prompts share (instruction and pool listing) are run once and broadcast to every row. Rows that have
-finished keep receiving a masked pad token until the whole chunk is done.
+run once (prefill) into a DynamicCache and then one token per step is fed (on the CPU the leading
+tokens all prompts share, instruction and pool listing, run once and are broadcast to every row).
+Rows that have finished keep receiving a masked pad token until the whole chunk is done.
 
 Stop strings: a row stops at the first step where its generated text contains a stop
 string. We keep whole tokens, so the stop string ends inside the last kept token (a token
@@ -216,7 +216,7 @@ class HFRollout:
     def _shared_prefix(self, prompts: list[list[int]]) -> int:
         """How many leading tokens every prompt shares (the instruction and listing), leaving each row at least one
         of its own; 0 for one row, a model with other than full-attention layers (a window would crop them) or off the
-        CPU (on a GPU the extra forward of a small policy cost more than it saved: docs/training.md)."""
+        CPU (a small policy is launch-bound on a GPU; its step was slower with this: docs/training.md)."""
         full = attention_layer_types(self.model.config) == {"full_attention"}
         if len(prompts) < 2 or self.device.type != "cpu" or not full:
             return 0
