@@ -66,7 +66,7 @@ def main(argv=None):
     ap.add_argument("--question", type=int, default=24, help="longest per-row prompt tail")
     ap.add_argument("--response", type=int, default=96, help="longest response (policy + environment tokens)")
     ap.add_argument("--reps", type=int, default=3, help="timed repeats of each pass; the fastest is reported")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (on a GPU the shared path is slower: docs/training.md)")
     ap.add_argument("--out", default=None, help="write the figures as JSON")
     args = ap.parse_args(argv)
 
