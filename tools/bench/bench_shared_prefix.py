@@ -4,6 +4,7 @@ one batch whose prompts open with the same text (the instruction and pool listin
 
     python -m tools.bench.bench_shared_prefix                     # the embedded policy's shape, random weights
     python -m tools.bench.bench_shared_prefix --model OUT/sft     # a trained checkpoint (train.sh's SFT stage)
+    python -m tools.bench.bench_shared_prefix --device cuda --model '{"model_type": "qwen2", "hidden_size": 896, ...}'
 
 Prints each pass's seconds both ways, their ratio, and the largest difference of the log-probs and values.
 """
@@ -59,7 +60,8 @@ def timed(fn, reps: int) -> tuple[float, object]:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None, help="an HF directory; default: the embedded policy's shape, random")
+    ap.add_argument("--model", default=None, help="an HF directory or a JSON model config (random weights); default: "
+                    "the embedded policy's shape, random")
     ap.add_argument("--batch", type=int, default=32, help="rows (episodes) of the step")
     ap.add_argument("--micro", type=int, default=16, help="rows per micro-batch (actor and critic)")
     ap.add_argument("--prefix", type=int, default=250, help="tokens every prompt shares (card listing: ~250)")
