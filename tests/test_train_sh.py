@@ -59,15 +59,14 @@ def test_shortened_embedded_default(tmp_path):
     assert runs[2]["vs_router"]["reference"] == f"PPO router ({tmp_path.name})"
     assert "Paired against the router" in proc.stdout and "where EM is lost" in proc.stdout
 
-    # test.sh with only a checkpoint evaluates with the shape that checkpoint trained with (its run_config.yaml; the
-    # embedded config's schedule is sync, the environment's own default continuous)
+    # test.sh with only a checkpoint evaluates with the shape that checkpoint trained with (its run_config.yaml)
     proc = subprocess.run(["bash", "test.sh", "--checkpoint", str(tmp_path / "hf"), "--data",
                            str(tmp_path / "data" / "test.parquet"), "--limit", "4", "--out", str(tmp_path / "eval4")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     shape = json.loads((tmp_path / "eval4" / "summary.json").read_text())["config"]
     assert (shape["max_turns"], shape["max_obs_length"], shape["response_length"], shape["max_response_length"],
-            shape["schedule"], shape["alpha"]) == (3, 128, 64, 512, "sync", 0.0)
+            shape["schedule"], shape["alpha"]) == (3, 128, 64, 512, "continuous", 0.0)
 
     # The default annotator sends each hop to its domain's cheap specialist, with a few random slips:
     # neither the cautious habit (all to the dearest generalist) nor the people/science mix-up.
