@@ -8,7 +8,6 @@ mini-batch loss (see micro_batch.loss_units).
 """
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
 from collections import defaultdict
@@ -25,8 +24,8 @@ from verl.workers.config import WorkerConfig
 from verl.workers.lora import apply_lora, as_lora_config, merge_state_dict, trainable_parameters
 from verl.workers.micro_batch import (SEQ_KEYS, loss_units, make_micro_batches, pack_rows, response_logit_index,
                                       split_rows, split_shared_prefix)
-from verl.workers.model_loader import (PACKED_ATTENTION, attention_layer_types, compile_decoder_layers, load_model,
-                                      to_dtype)
+from verl.workers.model_loader import (PACKED_ATTENTION, attention_layer_types, broadcast_cache, cache_keyword,
+                                      compile_decoder_layers, load_model, to_dtype)
 
 
 def lr_schedule(actor, total_steps: int | None):
@@ -119,6 +118,7 @@ class FSDPWorker(Worker):
                 self.autocast_dtype = compute_dtype
         self.model = model
         self.share_prefix = self._share_prefix(model)
+        self.cache_key = cache_keyword(model)
         if self.trainable:
             t = self.train_cfg
             params = list(trainable_parameters(model))
@@ -163,7 +163,7 @@ class FSDPWorker(Worker):
             if split is not None:
                 kwargs = dict(input_ids=split.input_ids, attention_mask=split.attention_mask,
                               position_ids=split.position_ids)
-                kwargs[self._cache_key] = self._prefix_cache(split.prefix_ids, split.prefix_position_ids, len(ids))
+                kwargs[self.cache_key] = self._prefix_cache(split.prefix_ids, split.prefix_position_ids, len(ids))
                 return kwargs, split.index, split.real
         packed = self.config.actor.use_remove_padding
         index, real = response_logit_index(attn, response_len, packed)
@@ -203,27 +203,15 @@ class FSDPWorker(Worker):
         """The shared prefix's KV cache, computed once (in the caller's grad mode) and broadcast to `rows` rows;
         autograd sums each row's gradient into the one prefix forward, so the split is exact."""
         from transformers import DynamicCache
-        from transformers.cache_utils import DynamicLayer
 
         cache = DynamicCache(config=self.model.config)
         extra = {} if self.role == "critic" else {"logits_to_keep": 1}  # the prefix's logits are not needed
         with self._autocast():
             # no use_cache flag: a given cache is written either way (and ValueHeadModel sets the flag itself)
             self.model(input_ids=prefix_ids, attention_mask=torch.ones_like(prefix_ids), position_ids=position_ids,
-                       **{self._cache_key: cache}, **extra)
-        for layer in cache.layers:
-            if type(layer) is not DynamicLayer:  # a sliding window would drop prefix columns the rows attend to
-                raise ValueError(f"actor.share_prompt_prefix needs full-attention layers; "
-                                 f"{self.model.config.model_type}'s cache has {type(layer).__name__}")
-            layer.keys = layer.keys.expand(rows, -1, -1, -1)
-            layer.values = layer.values.expand(rows, -1, -1, -1)
+                       **{self.cache_key: cache}, **extra)
+        broadcast_cache(cache, rows, self.model.config.model_type)
         return cache
-
-    @property
-    def _cache_key(self) -> str:
-        """The KV cache's keyword: transformers 5.2x renamed past_key_values to cache."""
-        backbone = getattr(self.model, "model", self.model)
-        return "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
 
     def _mini_batch_rows(self) -> int:
         size = self.train_cfg.ppo_mini_batch_size

@@ -138,6 +138,27 @@ def attention_layer_types(config) -> set[str]:
     return set(getattr(config.get_text_config(), "layer_types", None) or ["full_attention"])
 
 
+def cache_keyword(model) -> str:
+    """The forward's KV-cache keyword: transformers 5.2x renamed past_key_values to cache. Read on the backbone
+    (`model.model` of a causal LM, a token classifier or ValueHeadModel, whose own forward takes **kwargs)."""
+    backbone = getattr(model, "model", model)
+    return "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
+
+
+def broadcast_cache(cache, rows: int, model_type: str) -> None:
+    """Expand a DynamicCache filled by one row (a shared prompt prefix) to `rows` rows, in place: no copy, and
+    autograd sums the rows' gradients back into the one row. Full-attention layers only (a sliding window would
+    drop prefix columns the rows attend to)."""
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in cache.layers:
+        if type(layer) is not DynamicLayer:
+            raise ValueError(f"a shared prompt prefix needs full-attention layers; {model_type}'s cache has "
+                             f"{type(layer).__name__}")
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)
+        layer.values = layer.values.expand(rows, -1, -1, -1)
+
+
 def parse_model_spec(spec):
     """A config mapping from inline JSON or a *.json file; any other spec (a mapping, an HF directory or
     hub id, a GGUF file) comes back as it is. A JSON spec that cannot be read is an error naming it."""

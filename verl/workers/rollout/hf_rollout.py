@@ -12,14 +12,13 @@ that spans past the stop string is kept whole, as vLLM keeps it in `token_ids`).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 from typing import Sequence
 
 import torch
 from transformers import DynamicCache
 
-from verl.workers.model_loader import attention_layer_types
+from verl.workers.model_loader import attention_layer_types, broadcast_cache, cache_keyword
 
 from .base import GenOutput, SamplingParams, clean_names, full_tensor, validate_prompts
 
@@ -127,9 +126,8 @@ class HFRollout:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (min(self.eos_ids) if self.eos_ids else 0)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        # transformers renamed `past_key_values` to `cache` in 5.2x; support both
-        params = inspect.signature(self.model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = cache_keyword(self.model)
+        self._full_attention = attention_layer_types(self.model.config) == {"full_attention"}
         self._asleep = False
         # The engine decodes on a CUDA stream of its own: a rollout played ahead (off-policy) then never
         # queues the update's kernels behind its decode steps on the shared default stream (what is left
@@ -217,8 +215,7 @@ class HFRollout:
         """How many leading tokens every prompt shares (the instruction and listing), leaving each row at least one
         of its own; 0 for one row, a model with other than full-attention layers (a window would crop them) or off the
         CPU (a small policy is launch-bound on a GPU; its step was slower with this: docs/training.md)."""
-        full = attention_layer_types(self.model.config) == {"full_attention"}
-        if len(prompts) < 2 or self.device.type != "cpu" or not full:
+        if len(prompts) < 2 or self.device.type != "cpu" or not self._full_attention:
             return 0
         return min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)
 
@@ -292,9 +289,7 @@ class HFRollout:
             prefix = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=dev)  # (1, shared)
             self._forward(prefix, torch.ones_like(prefix), torch.arange(shared, device=dev)[None], cache,
                           logits_to_keep=1)
-            for layer in cache.layers:
-                layer.keys = layer.keys.expand(batch, -1, -1, -1)
-                layer.values = layer.values.expand(batch, -1, -1, -1)
+            broadcast_cache(cache, batch, self.model.config.model_type)
         logits = self._forward(input_ids, attention_mask, position_ids, cache, logits_to_keep=1)
 
         tokens: list[list[int]] = [[] for _ in range(batch)]
