@@ -1,7 +1,7 @@
 """The routing environment: its config section (`env`, configs/env/router.yaml), the multi-turn rollout
 (generation interleaved with pool calls), the reward, and the factory the engine calls.
 
-Three schedules produce the same kind of episodes (greedy episodes are identical under all):
+Three schedules produce the same kind of episodes (greedy episodes are identical under all); "auto" picks one:
 - "continuous" (default): one coroutine per episode, as veRL's agent loop runs them:
   generate a turn, call the pool, generate the next turn, each the moment its input is
   ready, through the engine's async `generate_one`. The engine decides the batching
@@ -11,7 +11,10 @@ Three schedules produce the same kind of episodes (greedy episodes are identical
   calls (the reference's schedule: the slowest call of the batch gates the next turn);
 - "overlap": the earlier schedule, kept for comparison: an episode goes back to a queue the
   moment its pool call returns, and a batch `generate` takes whoever is ready once a share of
-  the episodes is ready or the oldest has waited long enough (overlap_min_ready/max_wait_s).
+  the episodes is ready or the oldest has waited long enough (overlap_min_ready/max_wait_s);
+- "auto": sync where the engine says whole batches are cheaper (`lockstep_batches`: the hf loop on the CPU,
+  which pays per call and per decode step, not per row) and nothing needs continuous (no branch_turns);
+  continuous otherwise.
 
 With `sampling.return_logprobs` the result carries `info["rollout_log_probs"]`: per response
 token, the sampling engine's log-prob for policy tokens and 0 for environment tokens (the
@@ -64,7 +67,7 @@ from verl.trainer.config import section_to_dataclass
 from verl.trainer.env_interface import GenerateFn, RolloutResult
 from verl.workers.rollout.base import AsyncRolloutBackend, SamplingParams, as_async
 
-SCHEDULES = ("continuous", "sync", "overlap")
+SCHEDULES = ("continuous", "sync", "overlap", "auto")
 
 
 class RouterEnv:
@@ -98,6 +101,7 @@ class RouterEnv:
         self._names: RouteNameConstraint | None = None  # env.constrain_names' constraint, built on first use
         # Separate windows: validation must not shift the training reward (a reference defect).
         self.normalizers = {"train": CostNormalizer(), "val": CostNormalizer()}
+        self._auto_said: str | None = None  # what schedule=auto last resolved to (said once per change)
 
     # ------------------------------------------------------------------ episodes
     def turn_sampling(self, sampling: SamplingParams, validate: bool = True) -> SamplingParams:
@@ -193,20 +197,34 @@ class RouterEnv:
                 validate: bool) -> RolloutResult:
         """Play one episode per row. `generate` is a batch function, or an engine with async
         `generate_one` (the continuous schedule uses it directly; the others need a batch function)."""
-        if self.cfg.schedule == "continuous":
+        schedule = self.schedule_for(generate)
+        if schedule == "continuous":
             return self.client.run(self.rollout_async(rows, as_async(generate), sampling, validate))
         if not callable(generate):
-            raise ValueError(f"env.schedule={self.cfg.schedule!r} needs a batch generate function; "
+            raise ValueError(f"env.schedule={schedule!r} needs a batch generate function; "
                              f"{type(generate).__name__} only has generate_one (use schedule=continuous)")
         episodes = self.episodes_for(rows, sampling, validate)
         alphas = [self.alpha_of(r.uid, sampling, validate) for r in rows]
         sampling = self.turn_sampling(sampling, validate)
         track = LogprobTrack(episodes) if sampling.return_logprobs else None
-        if self.cfg.schedule == "sync":
+        if schedule == "sync":
             self._run_sync(episodes, generate, sampling, track)
         else:
             self.client.run(self._run_overlap(episodes, generate, sampling, track))
         return self._result(episodes, track, alphas)
+
+    def schedule_for(self, generate) -> str:
+        """The schedule `rollout` plays with this engine: env.schedule, with auto resolved (logged once)."""
+        if self.cfg.schedule != "auto":
+            return self.cfg.schedule
+        lockstep = bool(getattr(generate, "lockstep_batches", False)) and callable(generate)
+        schedule = "sync" if lockstep and not self.cfg.branch_turns else "continuous"
+        if self._auto_said != schedule:
+            self._auto_said = schedule
+            why = ("the engine decodes whole batches cheaper" if schedule == "sync" else
+                   "forked groups need it" if lockstep else "the engine batches across episodes itself")
+            print(f"env.schedule=auto plays {schedule}: {why}", flush=True)
+        return schedule
 
     async def rollout_async(self, rows, engine: AsyncRolloutBackend, sampling: SamplingParams,
                             validate: bool) -> RolloutResult:
@@ -460,7 +478,7 @@ class RouterEnvConfig:
     max_obs_length: int = 600  # tokens of pool text per <information> block (cut inside the block)
     response_length: int = II("rollout.response_length")  # tokens per generated turn
     max_response_length: int = II("rollout.max_response_length")  # all turns and <information> blocks together
-    schedule: str = "continuous"  # continuous (one coroutine per episode; the engine batches) | sync (each turn waits for the batch's slowest call, the reference's) | overlap (the older batch queue); see this module's docstring
+    schedule: str = "continuous"  # continuous (one coroutine per episode; the engine batches) | sync (each turn waits for the batch's slowest call, the reference's) | overlap (the older batch queue) | auto (sync where the engine decodes whole batches cheaper, the hf loop on the CPU; else continuous); see this module's docstring
     overlap_min_ready: float = 0.5  # overlap schedule: generate once this share of unfinished episodes is ready...
     overlap_max_wait_s: float = 0.5  # ...or the oldest ready one has waited this long
     invalid_hint: bool = False  # append a corrective hint after an invalid action (else nothing)
@@ -502,7 +520,7 @@ class RouterEnvConfig:
             raise ValueError(f"env.cost_basis must be one of {'|'.join(COST_FIELDS)}, got {self.cost_basis!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"env.schedule must be one of {'|'.join(SCHEDULES)}, got {self.schedule!r}")
-        if self.branch_turns and self.schedule != "continuous":
+        if self.branch_turns and self.schedule not in ("continuous", "auto"):
             raise ValueError(f"env.branch_turns forks episodes in the continuous schedule only, not {self.schedule!r}")
         if any(isinstance(t, bool) or t < 0 for t in self.branch_turns):
             raise ValueError(f"env.branch_turns must be turn indices >= 0, got {self.branch_turns}")

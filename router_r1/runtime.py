@@ -304,6 +304,8 @@ def seeded(generate: Callable) -> Callable:
             sampling = replace(sampling, seed=int(np.random.SeedSequence([sampling.seed, k]).generate_state(1)[0]))
         return generate(prompts, sampling)
 
+    # env.schedule=auto asks the engine behind a bound `generate` whether it wants whole batches
+    wrapped.lockstep_batches = bool(getattr(getattr(generate, "__self__", None), "lockstep_batches", False))
     return wrapped
 
 

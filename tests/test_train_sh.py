@@ -66,7 +66,7 @@ def test_shortened_embedded_default(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     shape = json.loads((tmp_path / "eval4" / "summary.json").read_text())["config"]
     assert (shape["max_turns"], shape["max_obs_length"], shape["response_length"], shape["max_response_length"],
-            shape["schedule"], shape["alpha"]) == (3, 128, 64, 512, "continuous", 0.0)
+            shape["schedule"], shape["alpha"]) == (3, 128, 64, 512, "auto", 0.0)
 
     # The default annotator sends each hop to its domain's cheap specialist, with a few random slips:
     # neither the cautious habit (all to the dearest generalist) nor the people/science mix-up.

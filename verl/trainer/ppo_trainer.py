@@ -129,6 +129,17 @@ class _LocalAsyncEngine:
             release(context_ids)
 
 
+class _BatchEngine:
+    """The trainer's batch `generate`, seen by the env, with the local engine's `lockstep_batches` (whether whole
+    batches are cheaper for it: the env's schedule=auto then plays in sync)."""
+
+    def __init__(self, trainer: "PPOTrainer", lockstep_batches: bool):
+        self.trainer, self.lockstep_batches = trainer, lockstep_batches
+
+    def __call__(self, prompts: list[list[int]], sampling: SamplingParams) -> list[GenOutput]:
+        return self.trainer.generate(prompts, sampling)
+
+
 MAX_BAD_STEPS = 10  # consecutive steps with a non-finite gradient (updates skipped) before a run gives up
 
 
@@ -257,7 +268,7 @@ class PPOTrainer:
         rollout = getattr(getattr(self.actor, "worker", None), "rollout", None)
         if isinstance(rollout, AsyncRolloutBackend) and callable(getattr(rollout, "generate", None)):
             return _LocalAsyncEngine(self, rollout)
-        return self.generate
+        return _BatchEngine(self, bool(getattr(rollout, "lockstep_batches", False)))
 
     @staticmethod
     def _generate_on(fn, prompts, sampling, world_size: int) -> list[GenOutput]:

@@ -113,6 +113,12 @@ def _eos_ids(model, tokenizer) -> set[int]:
 class HFRollout:
     """RolloutBackend over a transformers causal LM. The model is moved to `device`/`dtype` in place."""
 
+    @property
+    def lockstep_batches(self) -> bool:
+        """Whole batches beat many small ones (env.schedule=auto plays sync): on the CPU this loop pays per call
+        and per decode step, not per row (the card recipe's rollout: 2.40 s continuous, 0.91 s sync)."""
+        return self.device.type == "cpu"
+
     def __init__(self, model, tokenizer, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                  max_batch_size: int = 64, eos_token_ids: Sequence[int] | None = None):
         if max_batch_size < 1:

@@ -206,6 +206,7 @@ class StaticRollout(HFRollout):
     """RolloutBackend with a static KV cache and CUDA-graph decode (eager on CPU)."""
 
     bucket = 128  # attention spans a multiple of this many cache columns
+    lockstep_batches = False  # its slots batch across episodes (SlotRollout's generate_one): auto stays continuous
 
     def __init__(self, model, tokenizer, device="cpu", dtype=None, max_batch_size: int = 256,
                  max_model_len: int = 4096, eos_token_ids=None, cuda_graph: bool = True, chunk: int = 16,
