@@ -24,6 +24,8 @@
 # to the listed names (--constrain-names, on the hf engine), paired against the free-decoding ones
 # (paired_constrained.json, paired_probe_constrained.json). HF_FREE=1 evaluates the offered test listing on the hf
 # engine without the constraint too (paired_hf.json against hf_static): what the engine changes, apart from the constraint.
+# NEW_POOL=1 evaluates the test questions once more against a user's own pool (configs/pool/sim_new_names.yaml: four
+# names no row lists, domain pairs the training pool lacks), beside each of its models alone and the oracle (eval_new).
 #   THINK=1 RIVAL=0.8 VARY=0 FALLBACK=listed DRILL=0.1 BANK=1000 bash experiments/gemma_unseen/run_gemma_unseen.sh DIR
 #   THINK=1 RIVAL=0.5 VARY=0 bash experiments/gemma_unseen/run_gemma_unseen.sh DIR
 #   bash experiments/gemma_unseen/run_gemma_unseen.sh DIR   # DIR: unseen_run.tgz, run.txt
@@ -42,7 +44,7 @@ FALLBACK=${FALLBACK:-best} DRILL=${DRILL:-0} SEED=${SEED:-0} BANK=${BANK:-96} EV
 PROBE=${PROBE:-0} PROBE_POOL=configs/pool/sim_probe.yaml
 RIVAL_CHEAPER=${RIVAL_CHEAPER:-0.7} STYLE_FLAG=(); [ "${BANK_STYLES:-0}" = 1 ] && STYLE_FLAG=(--bank-styles)
 MISNAME=${MISNAME:-0} HINT_FLAG=(); [ "$MISNAME" != 0 ] && HINT_FLAG=(--invalid-hint)
-CONSTRAIN=${CONSTRAIN:-0} HF_FREE=${HF_FREE:-0}
+CONSTRAIN=${CONSTRAIN:-0} HF_FREE=${HF_FREE:-0} NEW_POOL=${NEW_POOL:-0} NEW=configs/pool/sim_new_names.yaml
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$([ "$THINK" = 1 ] && echo 128 || echo 64)}
 export TOKENIZERS_PARALLELISM=false
 # the compact template listing every model of a pool yaml, the unseen ones too
@@ -83,6 +85,14 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
   ev --data "$RUN/data/test.parquet" --out "$RUN/eval_seen"
   offered --out "$RUN/eval_unseen"
   python3 -m tools.analysis.paired_evals "$RUN/eval_seen" "$RUN/eval_unseen" --out "$RUN/paired_unseen.json"
+  if [ "$NEW_POOL" = 1 ]; then
+    stage "a pool of four new names ($NEW): the router beside each model alone and the oracle"
+    compact_template "$NEW" > "$RUN/prompt_template_new.txt"
+    python3 -m sim.qa --out-dir "$RUN/data_new" --prompt-template "$RUN/prompt_template_new.txt" \
+      --train-size 10 --val-size 10 --test-size "$TEST_SIZE"
+    ev --data "$RUN/data_new/test.parquet" --pool "$NEW" --allow-unseen-models \
+      --prompt-template "$RUN/prompt_template_new.txt" --baseline all-singles --baseline oracle-hops --out "$RUN/eval_new"
+  fi
   if [ "$PROBE" = 1 ]; then
     stage "validation probe: GeoMind-3B offered on $TEST_SIZE validation questions, paired against the seen listing"
     compact_template "$PROBE_POOL" > "$RUN/prompt_template_probe.txt"
