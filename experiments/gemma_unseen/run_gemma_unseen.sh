@@ -82,10 +82,7 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
     --prompt-template "$RUN/prompt_template_unseen.txt" "$@"; }
   probed() { ev --data "$RUN/data_probe/val.parquet" --pool "$PROBE_POOL" --include-unseen \
     --prompt-template "$RUN/prompt_template_probe.txt" "$@"; }
-  ev --data "$RUN/data/test.parquet" --out "$RUN/eval_seen"
-  offered --out "$RUN/eval_unseen"
-  python3 -m tools.analysis.paired_evals "$RUN/eval_seen" "$RUN/eval_unseen" --out "$RUN/paired_unseen.json"
-  if [ "$NEW_POOL" = 1 ]; then
+  if [ "$NEW_POOL" = 1 ]; then  # first: a call cut by its time limit keeps it
     stage "a pool of four new names ($NEW): the router beside each model alone and the oracle"
     compact_template "$NEW" > "$RUN/prompt_template_new.txt"
     python3 -m sim.qa --out-dir "$RUN/data_new" --prompt-template "$RUN/prompt_template_new.txt" \
@@ -93,6 +90,9 @@ sys.stdout.write(render_compact_template(ModelRegistry.from_yaml(sys.argv[1])))'
     ev --data "$RUN/data_new/test.parquet" --pool "$NEW" --allow-unseen-models \
       --prompt-template "$RUN/prompt_template_new.txt" --baseline all-singles --baseline oracle-hops --out "$RUN/eval_new"
   fi
+  ev --data "$RUN/data/test.parquet" --out "$RUN/eval_seen"
+  offered --out "$RUN/eval_unseen"
+  python3 -m tools.analysis.paired_evals "$RUN/eval_seen" "$RUN/eval_unseen" --out "$RUN/paired_unseen.json"
   if [ "$PROBE" = 1 ]; then
     stage "validation probe: GeoMind-3B offered on $TEST_SIZE validation questions, paired against the seen listing"
     compact_template "$PROBE_POOL" > "$RUN/prompt_template_probe.txt"
