@@ -222,7 +222,7 @@ class RouterEnv:
         if self._auto_said != schedule:
             self._auto_said = schedule
             why = ("the engine decodes whole batches cheaper" if schedule == "sync" else
-                   "forked groups need it" if lockstep else "the engine batches across episodes itself")
+                   "forked groups need it" if lockstep else "the engine does not ask for whole batches")
             print(f"env.schedule=auto plays {schedule}: {why}", flush=True)
         return schedule
 

@@ -159,7 +159,7 @@ def test_a_later_turn_keeps_its_slot_before_a_waiting_episode_takes_one(tok):
 def test_the_trainer_hands_the_env_its_local_slot_engine_and_checks_the_weights(tok):
     from types import SimpleNamespace
 
-    from verl.trainer.ppo_trainer import PPOTrainer
+    from verl.trainer.ppo_trainer import PPOTrainer, _BatchEngine
 
     model = tiny_model(len(tok), seed=4)
     worker = SimpleNamespace(rollout=slots(model, tok, 4), _stale=False)
@@ -179,4 +179,8 @@ def test_the_trainer_hands_the_env_its_local_slot_engine_and_checks_the_weights(
         env.rollout(rows, engine, sp, validate=False)
         env.client.close()
     trainer.actor = SimpleNamespace(worker=SimpleNamespace(rollout=HFRollout(model, tok)))
-    assert trainer.engine() == trainer.generate  # a batch-only engine: the batch generate
+    # a batch-only engine: the trainer's batch generate, carrying the engine's wish for whole batches (the hf loop on
+    # the CPU has it: env.schedule=auto plays sync)
+    batch = trainer.engine()
+    assert isinstance(batch, _BatchEngine) and batch.trainer is trainer and not hasattr(batch, "generate_one")
+    assert batch.lockstep_batches is True

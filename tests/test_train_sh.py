@@ -37,6 +37,8 @@ def test_shortened_embedded_default(tmp_path):
                     "critic/vf_loss", "format_ok/mean", "part/think/adv", "part/think/value"):
             assert math.isfinite(rows[step][key]), (step, key)
     assert (tmp_path / "ppo" / "curves.png").stat().st_size > 0
+    # env.schedule=auto: the hf loop on the CPU plays each turn as one batch
+    assert "env.schedule=auto plays sync" in proc.stdout + proc.stderr
 
     # Real pool calls: priced replies from the simulated server inside the trajectories.
     records = [json.loads(line) for line in (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()]
