@@ -2,60 +2,45 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 
 from router_r1.pool.client import PoolClient
 from router_r1.pool.registry import ModelRegistry
 from router_r1.pool.server import ServerThread
-from router_r1.prompts import build_router_prompt
 from router_r1.router_env import RouterEnv, RouterEnvConfig
 from router_r1.runtime import seeded
 from sim.backend import SimBackend
+from test_pool_health import SIM, _policy, _rows
 from tiny import tiny_model, tiny_tokenizer
-from verl.trainer.dataset import PromptRow
-from verl.workers.rollout.base import GenOutput, SamplingParams
+from verl.workers.rollout.base import SamplingParams
 from verl.workers.rollout.hf_rollout import HFRollout
 from verl.workers.rollout.static_rollout import StaticRollout
 
-SIM = Path(__file__).resolve().parents[1] / "configs" / "pool" / "sim.yaml"
-CHEAP = "LLaMA-3.1-8B-Instruct"
-
 
 class Policy:
-    """Route once, then answer; records each call's rows and whether it ran on the caller's thread."""
+    """test_pool_health's route-once-then-answer policy; records each call's rows and whether it ran on the caller's
+    thread."""
 
     def __init__(self, tok, lockstep: bool | None):
-        self.tok, self.calls = tok, []
+        self.tok, self.calls, self._generate = tok, [], _policy(tok)
         if lockstep is not None:
             self.lockstep_batches = lockstep
 
     def __call__(self, prompts, sampling):
         self.calls.append((len(prompts), threading.current_thread() is threading.main_thread()))
-        outs = []
-        for ids in prompts:
-            routed = "<information>" in self.tok.decode(ids[-200:])
-            text = "<think>t</think><answer>x</answer>" if routed else f"<think>t</think><search>{CHEAP}: q?</search>"
-            outs.append(GenOutput(self.tok(text, add_special_tokens=False)["input_ids"], "stop"))
-        return outs
+        return self._generate(prompts, sampling)
 
 
 def _rollout(policy, schedule: str, rows: int = 6, **env):
     tok = policy.tok
     with ServerThread(SimBackend.from_pool_yaml(SIM, seed=0, latency_scale=0.0)) as srv:
         registry = ModelRegistry.from_yaml(SIM, base_url=srv.url).seen()
-        batch = []
-        for i in range(rows):
-            text = tok.apply_chat_template(build_router_prompt(f"question {i}?", registry), add_generation_prompt=True,
-                                           tokenize=False)
-            batch.append(PromptRow(tok(text, add_special_tokens=False)["input_ids"], f"q{i}",
-                                   {"reward_model": {"ground_truth": {"target": ["x"]}}}))
         cfg = RouterEnvConfig(max_turns=2, max_obs_length=32, response_length=64, max_response_length=512,
                               schedule=schedule, **env)
         with PoolClient(registry) as client:
             env = RouterEnv(cfg, tok, registry, client)
-            result = env.rollout(batch, policy, SamplingParams(greedy=True), validate=True)
+            result = env.rollout(_rows(tok, registry, rows), policy, SamplingParams(greedy=True), validate=True)
     return env, result
 
 
