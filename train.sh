@@ -41,7 +41,7 @@ esac
 # Sizes (environment variables; the defaults are the embedded default, the test shrinks them)
 OUT=${OUT:-outputs/embedded}
 SEED=${SEED:-1}
-N_ORACLE=${N_ORACLE:-2000}      # oracle trajectories for SFT
+N_ORACLE=${N_ORACLE:-}          # oracle trajectories for SFT; empty: the recipe's n (2000 in default.yaml)
 TRAIN_SIZE=${TRAIN_SIZE:-3300}  # QA training questions, PPO's prompts (stage 2; SFT_FROM uses its source's data).
                                 # A world's training split holds ~3,300-3,500 distinct ones; 3,300 instead of 2,000:
                                 # RL - SFT +0.039 on average over 3 seeds instead of +0.029, seed 3 -0.010 -> +0.017
@@ -108,7 +108,7 @@ stage "1/5 oracle trajectories, tokenizer, model config"
 ORACLE_FLAGS=(${NOISE:+--noise "$NOISE"} ${PREFER_BIG:+--prefer-big "$PREFER_BIG"} ${CONFUSE:+--confuse "$CONFUSE"}
   ${RENAME:+--rename "$RENAME"})
 case "$WHOLE_NAMES" in 1) ORACLE_FLAGS+=(--whole-names) ;; 0) ORACLE_FLAGS+=(--no-whole-names) ;; esac
-$PY -m sim.warm_start --recipe "$RECIPE" --out-dir "$OUT/oracle" --n "$N_ORACLE" --seed $((SEED - 1)) \
+$PY -m sim.warm_start --recipe "$RECIPE" --out-dir "$OUT/oracle" ${N_ORACLE:+--n "$N_ORACLE"} --seed $((SEED - 1)) \
   --world-seed "$WORLD_SEED" --pool "$POOL" ${ORACLE_FLAGS[@]+"${ORACLE_FLAGS[@]}"} --report
 
 stage "2/5 simulated QA data"

@@ -66,15 +66,21 @@ def test_uniform_routes_refuse_what_they_cannot_do(values, words):
 
 
 def test_train_sh_builds_and_trains_on_the_uniform_recipe(tmp_path):
-    """RECIPE=configs/recipes/uniform_routes.yaml bash train.sh, stages 1-3 shrunk: the rows are uniform ones."""
-    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path), "RECIPE": "configs/recipes/uniform_routes.yaml",
-           "N_ORACLE": "64", "SFT_MAX_STEPS": "2", "SFT_ONLY": "1", "OMP_NUM_THREADS": "2"}
+    """RECIPE=uniform_routes.yaml bash train.sh, stages 1-3 shrunk: the rows are uniform ones, as many as the recipe's
+    n (N_ORACLE unset: train.sh once passed 2,000 over every recipe's n)."""
+    text = (ROOT / "configs/recipes/uniform_routes.yaml").read_text()
+    assert "\nn: 2000\n" in text
+    recipe = tmp_path / "uniform_64.yaml"
+    recipe.write_text(text.replace("\nn: 2000\n", "\nn: 64\n"))
+    env = {k: v for k, v in os.environ.items() if k != "N_ORACLE"}
+    env.update(PYTHON=sys.executable, OUT=str(tmp_path / "run"), RECIPE=str(recipe), SFT_MAX_STEPS="2", SFT_ONLY="1",
+               OMP_NUM_THREADS="2")
     proc = subprocess.run(["bash", "train.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "annotator.routes='uniform'" in proc.stdout
-    rows = pd.read_parquet(tmp_path / "oracle" / "oracle.parquet")
+    rows = pd.read_parquet(tmp_path / "run" / "oracle" / "oracle.parquet")
     assert len(rows) == 64 and set(rows["mode"]) == {"uniform"} and (rows["routes"] >= 1).all()
-    assert (tmp_path / "sft" / "model.safetensors").exists()
+    assert (tmp_path / "run" / "sft" / "model.safetensors").exists()
 
 
 def test_without_think_names_model_the_route_is_the_one_place_a_model_is_named(tmp_path):
