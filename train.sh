@@ -105,10 +105,10 @@ printf 'WORLD_SEED=%s\nPOOL=%s\n' "$WORLD_SEED" "$POOL" > "$OUT/world.env"  # SF
 echo "world seed $WORLD_SEED, pool $POOL, run seed $SEED"
 if [ -z "$SFT_FROM" ]; then
 stage "1/5 oracle trajectories, tokenizer, model config"
-ORACLE_FLAGS=(${NOISE:+--noise "$NOISE"} ${PREFER_BIG:+--prefer-big "$PREFER_BIG"} ${CONFUSE:+--confuse "$CONFUSE"}
-  ${RENAME:+--rename "$RENAME"})
+ORACLE_FLAGS=(${N_ORACLE:+--n "$N_ORACLE"} ${NOISE:+--noise "$NOISE"} ${PREFER_BIG:+--prefer-big "$PREFER_BIG"}
+  ${CONFUSE:+--confuse "$CONFUSE"} ${RENAME:+--rename "$RENAME"})
 case "$WHOLE_NAMES" in 1) ORACLE_FLAGS+=(--whole-names) ;; 0) ORACLE_FLAGS+=(--no-whole-names) ;; esac
-$PY -m sim.warm_start --recipe "$RECIPE" --out-dir "$OUT/oracle" ${N_ORACLE:+--n "$N_ORACLE"} --seed $((SEED - 1)) \
+$PY -m sim.warm_start --recipe "$RECIPE" --out-dir "$OUT/oracle" --seed $((SEED - 1)) \
   --world-seed "$WORLD_SEED" --pool "$POOL" ${ORACLE_FLAGS[@]+"${ORACLE_FLAGS[@]}"} --report
 
 stage "2/5 simulated QA data"
