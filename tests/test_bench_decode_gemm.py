@@ -12,14 +12,14 @@ ARGS = ["--tiny", "--shape", "qwen2.5-3b"]
 
 
 def test_tiny_run_covers_a_steps_gemms(tmp_path, one_thread):
-    bench_decode_gemm.main(ARGS + ["--autotune", "--out", str(tmp_path / "r.json")])
+    bench_decode_gemm.main(ARGS + ["--autotune", "--cublaslt", "--out", str(tmp_path / "r.json")])
     rows = json.loads((tmp_path / "r.json").read_text())
     assert [r["gemm"] for r in rows] == ["qkv", "o", "gate_up", "down", "lm_head", "step"]
     qkv = rows[0]
     assert (qkv["k"], qkv["n"], qkv["calls"]) == (128, 160, 36)  # (16 + 2 x 2 heads) x 128 / 16
     assert all(r["maxdiff"] < 1e-4 for r in rows[:-1])
     step = rows[-1]
-    assert step["autotuned_ms"] > 0 and step["splitk_ms"] > 0 and step["floor_ms"] > 0
+    assert step["autotuned_ms"] > 0 and step["splitk_ms"] > 0 and step["cublaslt_ms"] > 0 and step["floor_ms"] > 0
     assert step["best"] == bench_decode_gemm.sweep(True)[0] and step["best_ms"] > 0
 
 

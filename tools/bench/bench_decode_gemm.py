@@ -1,6 +1,7 @@
 """The decode step's GEMMs alone: cuBLAS (F.linear) against the split-K Triton kernel
-(rollout.decode_linear=triton) over a sweep of its settings, and with --autotune torch.compile's max-autotune,
-at a shape's decode batch, as weight bytes read per second and as ms a step.
+(rollout.decode_linear=triton) over a sweep of its settings, with --autotune torch.compile's max-autotune and with
+--cublaslt the same F.linear through cuBLASLt, at a shape's decode batch, as weight bytes read per second and as ms
+a step.
 
     python -m tools.bench.bench_decode_gemm --shape qwen2.5-3b --batch 128      # GPU
     python -m tools.bench.bench_decode_gemm --tiny                              # CPU smoke: checks, no timing
@@ -50,6 +51,25 @@ def sweep(tiny: bool) -> list[dict]:
             for bn in (32, 64, 128) for bk in (64, 128) for t in (132, 264, 528)]
 
 
+def in_graph(x: torch.Tensor, w: torch.Tensor, calls: int, lib: str, bench) -> tuple[float, float]:
+    """ms of one call and max |diff| of F.linear(x, w) run `calls` times on distinct copies of w in one CUDA graph."""
+    ws = [w.clone() for _ in range(calls)]  # a step reads each layer's own weight: none is in L2 when it runs
+    torch.backends.cuda.preferred_blas_library(lib)
+    try:
+        out = F.linear(x, ws[0])
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for wi in ws:
+                out = F.linear(x, wi)
+        graph.replay()
+        diff = (out.float() - F.linear(x, w).float()).abs().max().item()
+        return bench(graph.replay) / calls, diff
+    finally:
+        torch.backends.cuda.preferred_blas_library("cublas")
+        del ws
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-3b"],
@@ -59,6 +79,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                                        "(the kernel runs in Triton's interpreter: TRITON_INTERPRET=1)")
     p.add_argument("--autotune", action="store_true",
                    help="also time torch.compile max-autotune (Inductor's Triton GEMM templates against cuBLAS)")
+    p.add_argument("--cublaslt", action="store_true",
+                   help="also time F.linear with torch.backends.cuda.preferred_blas_library('cublaslt'), whose "
+                        "heuristics pick other kernels (its workspace: CUBLASLT_WORKSPACE_SIZE, KiB, read at start)")
+    p.add_argument("--graph", action="store_true",
+                   help="also time each GEMM as a step runs it: its calls on as many distinct weights (L2 holds none "
+                        "of them) in one CUDA graph, per call; cuBLAS, and cuBLASLt with --cublaslt")
     p.add_argument("--out", default=None, help="write the results as JSON here (with each shape's best setting)")
     args = p.parse_args(argv)
     from verl.workers.rollout import triton_decode_linear as tdl
@@ -69,7 +95,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     mode = "default" if args.tiny else "max-autotune-no-cudagraphs"
     tol = 1e-4 if args.tiny else 2e-2
     settings = sweep(args.tiny)
-    paths = ["cublas", "splitk"] + (["autotuned"] if args.autotune else [])
+    paths = ["cublas", "splitk"] + (["autotuned"] if args.autotune else []) + (["cublaslt"] if args.cublaslt else [])
+    if args.graph and not args.tiny:
+        paths += ["cublas_graph"] + (["cublaslt_graph"] if args.cublaslt else [])
     bw = hbm_bytes_per_s()  # this device's datasheet bandwidth: H100 and H200 floors differ by 1.4x
     print(f"HBM floor at {bw / 1e12:.2f} TB/s ({torch.cuda.get_device_name() if dev == 'cuda' else 'no GPU'}; "
           "datasheet figures in bench_rollout.HBM_DATASHEET)")
@@ -92,6 +120,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 tuned = torch.compile(F.linear, mode=mode, dynamic=False)
                 diffs["autotuned"] = (tuned(x, w).float() - ref).abs().max().item()
                 ms["autotuned"] = bench(lambda: tuned(x, w))
+            if args.cublaslt:
+                if dev == "cuda":  # a CPU build has no cuBLASLt: the smoke run times the CPU path again
+                    torch.backends.cuda.preferred_blas_library("cublaslt")
+                try:
+                    diffs["cublaslt"] = (F.linear(x, w).float() - ref).abs().max().item()
+                    ms["cublaslt"] = bench(lambda: F.linear(x, w))
+                finally:
+                    if dev == "cuda":
+                        torch.backends.cuda.preferred_blas_library("cublas")
+            for lib in ("cublas", "cublaslt"):
+                if f"{lib}_graph" in paths:
+                    ms[f"{lib}_graph"], diffs[f"{lib}_graph"] = in_graph(x, w, calls, lib, bench)
             times = []
             for i, tile in enumerate(settings):
                 diff = (tdl.linear(x, w, None, **tile).float() - ref).abs().max().item()
