@@ -1,7 +1,7 @@
 """The decode step's GEMMs alone: cuBLAS (F.linear) against the split-K Triton kernel
 (rollout.decode_linear=triton) over a sweep of its settings, with --autotune torch.compile's max-autotune and with
 --cublaslt the same F.linear through cuBLASLt, at a shape's decode batch, as weight bytes read per second and as ms
-a step.
+a step; --graph also times each GEMM inside a CUDA graph, as the rollout's step runs it (GPU only).
 
     python -m tools.bench.bench_decode_gemm --shape qwen2.5-3b --batch 128      # GPU
     python -m tools.bench.bench_decode_gemm --tiny                              # CPU smoke: checks, no timing
@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         "heuristics pick other kernels (its workspace: CUBLASLT_WORKSPACE_SIZE, KiB, read at start)")
     p.add_argument("--graph", action="store_true",
                    help="also time each GEMM as a step runs it: its calls on as many distinct weights (L2 holds none "
-                        "of them) in one CUDA graph, per call; cuBLAS, and cuBLASLt with --cublaslt")
+                        "of them) in one CUDA graph, per call; cuBLAS, and cuBLASLt with --cublaslt (GPU only: "
+                        "--tiny skips it)")
     p.add_argument("--out", default=None, help="write the results as JSON here (with each shape's best setting)")
     args = p.parse_args(argv)
     from verl.workers.rollout import triton_decode_linear as tdl
