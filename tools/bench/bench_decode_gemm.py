@@ -12,6 +12,7 @@ bandwidth; a step runs every layer's GEMMs once and the LM head once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 
@@ -51,23 +52,34 @@ def sweep(tiny: bool) -> list[dict]:
             for bn in (32, 64, 128) for bk in (64, 128) for t in (132, 264, 528)]
 
 
-def in_graph(x: torch.Tensor, w: torch.Tensor, calls: int, lib: str, bench) -> tuple[float, float]:
-    """ms of one call and max |diff| of F.linear(x, w) run `calls` times on distinct copies of w in one CUDA graph."""
-    ws = [w.clone() for _ in range(calls)]  # a step reads each layer's own weight: none is in L2 when it runs
+@contextlib.contextmanager
+def blas_library(lib: str, on_gpu: bool = True):
+    """F.linear through `lib` ("cublas" or "cublaslt") inside the block; off the GPU a no-op (CPU builds have
+    neither)."""
+    if not on_gpu:
+        yield
+        return
+    before = torch.backends.cuda.preferred_blas_library()
     torch.backends.cuda.preferred_blas_library(lib)
     try:
-        out = F.linear(x, ws[0])
+        yield
+    finally:
+        torch.backends.cuda.preferred_blas_library(before)
+
+
+def in_graph(x: torch.Tensor, w: torch.Tensor, ref: torch.Tensor, calls: int, lib: str, bench) -> tuple[float, float]:
+    """ms of one call and max |diff| from ref of F.linear(x, w) run `calls` times on distinct copies of w in one CUDA
+    graph."""
+    ws = [w.clone() for _ in range(calls)]  # a step reads each layer's own weight: none is in L2 when it runs
+    with blas_library(lib):
+        out = F.linear(x, ws[0])  # warm-up outside the capture: cuBLAS picks its kernel and workspace here
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for wi in ws:
                 out = F.linear(x, wi)
         graph.replay()
-        diff = (out.float() - F.linear(x, w).float()).abs().max().item()
-        return bench(graph.replay) / calls, diff
-    finally:
-        torch.backends.cuda.preferred_blas_library("cublas")
-        del ws
+        return bench(graph.replay) / calls, (out.float() - ref).abs().max().item()
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -122,17 +134,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 diffs["autotuned"] = (tuned(x, w).float() - ref).abs().max().item()
                 ms["autotuned"] = bench(lambda: tuned(x, w))
             if args.cublaslt:
-                if dev == "cuda":  # a CPU build has no cuBLASLt: the smoke run times the CPU path again
-                    torch.backends.cuda.preferred_blas_library("cublaslt")
-                try:
+                with blas_library("cublaslt", on_gpu=dev == "cuda"):  # the smoke run times the CPU path again
                     diffs["cublaslt"] = (F.linear(x, w).float() - ref).abs().max().item()
                     ms["cublaslt"] = bench(lambda: F.linear(x, w))
-                finally:
-                    if dev == "cuda":
-                        torch.backends.cuda.preferred_blas_library("cublas")
             for lib in ("cublas", "cublaslt"):
                 if f"{lib}_graph" in paths:
-                    ms[f"{lib}_graph"], diffs[f"{lib}_graph"] = in_graph(x, w, calls, lib, bench)
+                    ms[f"{lib}_graph"], diffs[f"{lib}_graph"] = in_graph(x, w, ref, calls, lib, bench)
             times = []
             for i, tile in enumerate(settings):
                 diff = (tdl.linear(x, w, None, **tile).float() - ref).abs().max().item()
