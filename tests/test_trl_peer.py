@@ -171,6 +171,16 @@ def test_summarizer_rebuilds_the_committed_records(tmp_path):
     assert [c.split(" |")[0] for c in changed if c.startswith("|")] == ["| 1-320", "| all"]
 
 
+def test_summarizer_rebuilds_the_gzipped_records(tmp_path):
+    """The uniform-start record keeps its curves as .jsonl.gz: read and paired like plain ones."""
+    here = tmp_path / "uniform_start"
+    shutil.copytree(RECORDS / "uniform_start", here)
+    assert sorted(p.name for p in (here / "curves").iterdir())[0] == "ours_seed1.jsonl.gz"
+    assert summarize.main(["--records", str(here)]) == 0
+    assert (here / "table.md").read_bytes() == (RECORDS / "uniform_start/table.md").read_bytes()
+    assert json.loads((here / "summary.json").read_text())["seeds"] == [1, 2, 3]
+
+
 def test_summarizer_refuses_runs_that_do_not_pair(tmp_path):
     curves = tmp_path / "curves"
     curves.mkdir()

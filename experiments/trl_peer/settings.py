@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -61,9 +62,12 @@ def write_curve(path: Path, rows: list[dict]) -> Path:
 
 
 def read_curve(path: Path) -> list[dict]:
-    """A curve.jsonl; ValueError naming the file and line of a row without the curve's keys."""
+    """A curve.jsonl (or .jsonl.gz, as records keep it); ValueError naming the file and line of a row without the
+    curve's keys."""
+    path = Path(path)
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     rows = []
-    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         row = json.loads(line)
         missing = [k for k in CURVE_KEYS if k not in row]
         if missing:

@@ -3,8 +3,9 @@
     python -m experiments.trl_peer.summarize --collect OUT --records docs/results/trl_peer   # copy, then build
     python -m experiments.trl_peer.summarize --records docs/results/trl_peer                 # rebuild from records
 
---collect copies each run's curve.jsonl (OUT/<ours|peer>/seed<N>/curve.jsonl) into records/curves/; table.md,
-summary.json and reward.png are then built from the records alone. A window pools WINDOW steps of every seed;
+--collect copies each run's curve.jsonl (OUT/<ours|peer>/seed<N>/curve.jsonl) into records/curves/ (records may
+keep them gzipped, .jsonl.gz); table.md, summary.json and reward.png are then built from the records alone. A
+window pools WINDOW steps of every seed;
 a seed's two runs see the same questions in the same order, so ours - TRL is paired by (seed, step) and its 95%
 interval is a bootstrap over those pairs. Steps of one run are not independent (one policy walks through them), so
 that interval is narrower than one over seeds; the per-seed differences are printed beside it.
@@ -43,7 +44,8 @@ def collect(runs: Path, records: Path) -> list[Path]:
 def load(records: Path) -> dict[str, dict[int, list[dict]]]:
     """trainer -> seed -> its rows by step; ValueError when a trainer is missing or the seeds' steps differ."""
     runs: dict[str, dict[int, list[dict]]] = {t: {} for t in TRAINERS}
-    for path in sorted((records / "curves").glob("*.jsonl")):
+    curves = records / "curves"
+    for path in sorted([*curves.glob("*.jsonl"), *curves.glob("*.jsonl.gz")]):
         rows = read_curve(path)
         t, seed = rows[0]["trainer"], rows[0]["seed"]
         if t not in runs:
