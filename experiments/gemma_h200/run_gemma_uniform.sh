@@ -10,7 +10,7 @@
 set -uo pipefail
 RESULTS=${1:?where the results go}
 source "$(dirname "$0")/gemma_bundle.sh"  # unpack and install once, before the two runs share it
-# batch 128: twice the GPU recipe's episodes a step, the one run alone on the card
+# batch 128: twice the GPU recipe's episodes a step, the one run alone on the GPU
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ROLLOUT=hf_static ALPHAS=${ALPHAS:-0} BATCH=${BATCH:-128}
 export MICRO=${MICRO:-16} STEPS=${STEPS:-400} LIMIT=${LIMIT:-560} SFT_TIME_LIMIT=${SFT_TIME_LIMIT:-150}
 export ACTOR_LR=${ACTOR_LR:-2e-5}
