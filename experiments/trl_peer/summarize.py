@@ -6,8 +6,9 @@
 --collect copies each run's curve.jsonl (OUT/<ours|peer>/seed<N>/curve.jsonl) into records/curves/ (records may
 keep them gzipped, .jsonl.gz); table.md, summary.json and reward.png are then built from the records alone. A
 window pools WINDOW steps of every seed; a seed's two runs see the same questions in the same order, so ours - TRL
-is paired by (seed, step) and its 95% interval is a bootstrap over those pairs. Steps of one run are not independent (one policy walks through them), so
-that interval is narrower than one over seeds; the per-seed differences are printed beside it.
+is paired by (seed, step) and its 95% interval is a bootstrap over those pairs. Steps of one run are not
+independent (one policy walks through them), so that interval is narrower than one over seeds; the per-seed
+differences are printed beside it.
 """
 from __future__ import annotations
 
