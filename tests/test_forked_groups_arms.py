@@ -35,3 +35,11 @@ def test_each_arm_composes(name):
     for override in OverridesParser.create().parse_overrides(flags):  # each lands where it says, none swallowed
         got = OmegaConf.select(cfg, override.key_or_group)
         assert (OmegaConf.to_container(got) if OmegaConf.is_config(got) else got) == override.value(), override
+
+
+def test_a_missing_warm_start_is_refused_before_anything_is_made(tmp_path):
+    out = tmp_path / "out"
+    run = subprocess.run(["bash", "experiments/forked_groups/run.sh", str(tmp_path / "nowhere"), str(out)], cwd=ROOT,
+                         env={"PATH": os.environ["PATH"]}, capture_output=True, text=True)
+    assert run.returncode == 2 and "nowhere/sft: no warm start there" in run.stderr
+    assert not out.exists()

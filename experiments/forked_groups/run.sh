@@ -101,6 +101,8 @@ if [ "$ARMS" = list ]; then  # each arm's name and flags, one a line (tests/test
   for a in "${!FLAGS[@]}"; do printf '%s\t%s\n' "$a" "$(printf '%s' "${FLAGS[$a]}" | tr -s ' \n' '  ')"; done
   exit 0
 fi
+[ -d "$SFT/sft" ] || { echo "run.sh: $SFT/sft: no warm start there (make one: train.sh with SFT_ONLY=1 OUT=$SFT)" >&2
+  exit 2; }
 COMMON="env.alpha=0.6 rollout.temperature=0.7 trainer.total_steps=${STEPS:-300}
   ${TIME_LIMIT:+trainer.time_limit_s=$TIME_LIMIT} ${EXTRA:-}"
 mkdir -p "$OUT"
