@@ -7,8 +7,8 @@
 #   LISTINGS="domain card" bash experiments/gemma_h200/run_gemma_uniform.sh DIR   # both, side by side (an H200)
 # The RL flags are the embedded name-floor arm's (experiments/forked_groups: dw10_klc_lr2_mb16_floor2) at the
 # GPU recipe's learning rate: the names' advantage x10 without KL on them, a floor under each name's probability.
-# Session 27 (docs/results/h200/gemma_uniform_s27): on an H100 two listings side by side run out of its 80 GB (one a
-# call there); these flags broke Gemma's two-hop turns (card: -0.070) and diverged on the domain listing.
+# Session 27 (docs/results/h200/gemma_uniform_s27, an H100): these flags broke Gemma's two-hop turns (card: -0.070)
+# and diverged on the domain listing.
 set -uo pipefail
 RESULTS=${1:?where the results go}
 # Two listings side by side need the H200's 141 GB: on an 80 GB H100 the second SFT ran out of memory (session 27),
